@@ -43,7 +43,15 @@ struct OutMsg {
   uint64_t next_offset = 0;
   uint64_t packets_total = 0, packets_sent = 0, packets_acked = 0;
   std::shared_ptr<OpSink> sink;
+  // The payload, copied here when the sender's buffer went away before the
+  // send finished (see Engine::Cancel).
+  std::vector<uint8_t> owned;
 };
+
+// Sends up to this size outlive their buffer (copied); larger ones are
+// abandoned. Gloo's algorithm classes destroy send buffers right after
+// their last (small, unwaited) notification send.
+constexpr uint64_t kDetachLimit = 1 << 20;
 
 struct TxRecord {
   WireHeader h;
@@ -1067,11 +1075,18 @@ void Engine::Cancel(const OpSink* sink) {
         }
       }
       for (auto it = p.out_msgs.begin(); it != p.out_msgs.end();) {
-        if (it->second->sink.get() == sink) {
-          it->second->cancelled = true;
-          it = p.out_msgs.erase(it);
-        } else {
+        OutMsg& m = *it->second;
+        if (m.sink.get() != sink) {
           ++it;
+        } else if (m.len <= kDetachLimit) {
+          // Finish it from a private copy, reporting to nobody.
+          m.owned.assign(m.data, m.data + m.len);
+          m.data = m.owned.data();
+          m.sink.reset();
+          ++it;
+        } else {
+          m.cancelled = true;
+          it = p.out_msgs.erase(it);
         }
       }
       p.data_queue.erase(

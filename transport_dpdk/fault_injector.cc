@@ -100,10 +100,11 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
       ++it;
     }
   }
-  if (n >= max) return n;
-  scratch_.resize(max);
-  // Leave room for duplicates.
-  const size_t got = inner_->RxBurst(scratch_.data(), (max - n + 1) / 2);
+  // Each received datagram may be emitted twice (duplicate): leave room.
+  const size_t room = (max - n) / 2;
+  if (room == 0) return n;
+  scratch_.resize(room);
+  const size_t got = inner_->RxBurst(scratch_.data(), room);
   for (size_t i = 0; i < got; ++i) {
     RxDatagram d = scratch_[i];
     Bump(counters_.seen);
@@ -128,7 +129,7 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
         std::uniform_int_distribution<uint64_t> us(0, spec_.delay_us);
         held_.push_back({std::vector<uint8_t>(d.data, d.data + d.len),
                          now + std::chrono::microseconds(us(rng_)), false});
-      } else if (n < max) {
+      } else {
         out[n++] = d;
       }
     }
