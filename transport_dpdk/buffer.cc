@@ -42,11 +42,13 @@ void Buffer::send(size_t offset, size_t length, size_t roffset) {
 }
 
 void Buffer::waitRecv() {
-  WaitForCompletion(*sink_, false, nullptr, context_->getTimeout());
+  WaitForCompletion(*sink_, false, nullptr, context_->getTimeout(),
+                    [this] { return context_->engine().DebugState(context_->id()); });
 }
 
 void Buffer::waitSend() {
-  WaitForCompletion(*sink_, true, nullptr, context_->getTimeout());
+  WaitForCompletion(*sink_, true, nullptr, context_->getTimeout(),
+                    [this] { return context_->engine().DebugState(context_->id()); });
 }
 
 }  // namespace transport

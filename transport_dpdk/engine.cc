@@ -1101,6 +1101,26 @@ void Engine::Cancel(const OpSink* sink) {
 
 Stats Engine::GetStats() const { return impl_->stats.Snapshot(); }
 
+std::string Engine::DebugState(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return "context gone";
+  std::string s = absl::StrCat("rank ", c->rank, " token ", c->token != 0);
+  for (const Peer& p : c->peers) {
+    if (!p.connected) continue;
+    absl::StrAppend(&s, "; peer ", p.rank, ": tx seq ", p.next_seq, " unacked ",
+                    p.next_seq - p.unacked_base, " (", p.inflight_bytes,
+                    " B) queued ", p.data_queue.size(), "+", p.ctrl.size(),
+                    " out_msgs ", p.out_msgs.size(), " credit ", p.eager_credit,
+                    " rto ", p.rtt.rto().count(), "us; rx cum ", p.rx.cum(),
+                    " in_msgs ", p.in_msgs.size(), " next_announce ",
+                    p.next_announce);
+  }
+  absl::StrAppend(&s, "; posted slots ", c->posted.size(), " arrival slots ",
+                  c->arrivals.size(), "; ", impl_->stats.Snapshot().ToString());
+  return s;
+}
+
 IoAddress Engine::LocalAddress() const { return impl_->io->LocalAddress(); }
 
 std::string Engine::Describe() const { return impl_->io->Describe(); }

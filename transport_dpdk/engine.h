@@ -79,6 +79,8 @@ class Engine {
   void Cancel(const OpSink* sink);
 
   Stats GetStats() const;
+  // Per-peer protocol state of one context, for diagnostics (timeouts).
+  std::string DebugState(uint32_t ctx) const;
   IoAddress LocalAddress() const;
   std::string Describe() const;
   uint64_t ContextToken(uint32_t ctx) const;

@@ -22,27 +22,49 @@ struct OpSink {
   std::deque<int> recvs_done;  // peer rank of each completed recv, in order
   std::deque<std::string> errors;  // failures to raise from the next wait
   bool abort_send = false, abort_recv = false;
-  // Outstanding operations (op id -> description), for timeout messages.
-  std::map<uint64_t, std::string> pending_sends, pending_recvs;
+
+  struct Pending {
+    std::string what;  // description for timeout messages
+    bool done = false;
+    int rank = -1;
+  };
+  // Outstanding operations by op id (ids grow in posting order).
+  std::map<uint64_t, Pending> pending_sends, pending_recvs;
 
   void AddPending(bool send, uint64_t op, std::string what) {
     std::lock_guard<std::mutex> lock(mu);
-    (send ? pending_sends : pending_recvs)[op] = std::move(what);
+    (send ? pending_sends : pending_recvs)[op].what = std::move(what);
   }
+  // Completions are released in posting order: Gloo's algorithms keep
+  // several operations in flight on one buffer and, like TCP, expect the
+  // first wait to report the first operation posted, even when a later one
+  // finished first (possible here after a loss).
   void Complete(bool send, uint64_t op, int rank) {
     std::lock_guard<std::mutex> lock(mu);
-    if (send) {
-      pending_sends.erase(op);
-      sends_done.push_back(rank);
+    auto& pending = send ? pending_sends : pending_recvs;
+    auto& done = send ? sends_done : recvs_done;
+    auto it = pending.find(op);
+    if (it == pending.end()) {
+      done.push_back(rank);  // untracked op (old-style recv buffer)
     } else {
-      pending_recvs.erase(op);
-      recvs_done.push_back(rank);
+      it->second.done = true;
+      it->second.rank = rank;
+    }
+    while (!pending.empty() && pending.begin()->second.done) {
+      done.push_back(pending.begin()->second.rank);
+      pending.erase(pending.begin());
     }
     cv.notify_all();
   }
   void Fail(bool send, uint64_t op, std::string what) {
     std::lock_guard<std::mutex> lock(mu);
-    (send ? pending_sends : pending_recvs).erase(op);
+    auto& pending = send ? pending_sends : pending_recvs;
+    auto& done = send ? sends_done : recvs_done;
+    pending.erase(op);
+    while (!pending.empty() && pending.begin()->second.done) {
+      done.push_back(pending.begin()->second.rank);
+      pending.erase(pending.begin());
+    }
     errors.push_back(std::move(what));
     cv.notify_all();
   }

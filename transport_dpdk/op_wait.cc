@@ -9,7 +9,8 @@ namespace optireduce {
 namespace transport {
 
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
-                       std::chrono::milliseconds timeout) {
+                       std::chrono::milliseconds timeout,
+                       const std::function<std::string()>& diagnostics) {
   std::unique_lock<std::mutex> lock(sink.mu);
   auto& done = send ? sink.sends_done : sink.recvs_done;
   bool& aborted = send ? sink.abort_send : sink.abort_recv;
@@ -19,11 +20,15 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
   } else if (!sink.cv.wait_for(lock, timeout, ready)) {
     const auto& pending = send ? sink.pending_sends : sink.pending_recvs;
     std::vector<std::string> what;
-    for (const auto& kv : pending) what.push_back(kv.second);
+    for (const auto& kv : pending) {
+      if (!kv.second.done) what.push_back(kv.second.what);
+    }
+    lock.unlock();
     GLOO_THROW_IO_EXCEPTION(
         "Timed out after ", timeout.count(), " ms waiting for ",
         what.empty() ? std::string(send ? "a send" : "a recv")
-                     : absl::StrJoin(what, "; "));
+                     : absl::StrJoin(what, "; "),
+        diagnostics ? " [transport state: " + diagnostics() + "]" : "");
   }
   if (!sink.errors.empty()) {
     std::string e = std::move(sink.errors.front());

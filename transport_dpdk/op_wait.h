@@ -4,6 +4,8 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
+#include <string>
 
 #include "transport_dpdk/op_sink.h"
 
@@ -13,8 +15,10 @@ namespace transport {
 // Waits for one completed send (send=true) or recv on sink. Returns true
 // and stores the peer rank in *rank (if non-null) on completion; false if
 // the wait was aborted. timeout <= 0 means no timeout (Gloo's kNoTimeout).
+// diagnostics() (may be empty) is appended to timeout messages.
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
-                       std::chrono::milliseconds timeout);
+                       std::chrono::milliseconds timeout,
+                       const std::function<std::string()>& diagnostics = {});
 
 }  // namespace transport
 }  // namespace optireduce

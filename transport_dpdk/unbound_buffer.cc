@@ -39,11 +39,13 @@ std::chrono::milliseconds UnboundBuffer::EffectiveTimeout(
 }
 
 bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
-  return WaitForCompletion(*sink_, false, rank, EffectiveTimeout(timeout));
+  return WaitForCompletion(*sink_, false, rank, EffectiveTimeout(timeout),
+                           [this] { return context_->engine().DebugState(context_->id()); });
 }
 
 bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
-  return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout));
+  return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
+                           [this] { return context_->engine().DebugState(context_->id()); });
 }
 
 void UnboundBuffer::abortWaitRecv() {
