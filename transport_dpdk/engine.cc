@@ -135,6 +135,11 @@ struct Ctx {
   std::map<uint64_t, std::deque<PostedRecv>> posted;   // by slot
   std::map<uint64_t, std::deque<Arrival>> arrivals;    // by slot
   std::map<std::pair<int, uint64_t>, std::shared_ptr<RecvBufferReg>> regs;
+  // After the Gloo context is destroyed the engine keeps answering for it a
+  // little while (like TCP's TIME_WAIT): a peer whose last ack was lost
+  // retransmits, and must get its ack, or its final waitSend would time out.
+  bool closing = false;
+  Clock::time_point closing_since, last_rx;
 };
 
 std::string RanksToString(const std::vector<int>& r) {
@@ -184,6 +189,11 @@ struct Engine::Impl {
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
+  void ReapClosing(Clock::time_point now);
+  bool HasClosing() const {
+    for (const auto& kv : contexts) if (kv.second->closing) return true;
+    return false;
+  }
   void FillHeader(const Ctx& c, const Peer& p, WireHeader* h) const;
 
   // ---- receive path ----
@@ -270,6 +280,7 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
   if (stats.tx_packets.load(std::memory_order_relaxed) != sent_before) {
     worked = true;
   }
+  ReapClosing(now);
   return worked;
 }
 
@@ -412,6 +423,20 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
   if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
 }
 
+void Engine::Impl::ReapClosing(Clock::time_point now) {
+  for (auto it = contexts.begin(); it != contexts.end();) {
+    Ctx& c = *it->second;
+    bool done = !c.closing ? false : now - c.closing_since >= opts.linger_max;
+    if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
+      done = true;
+      for (const Peer& p : c.peers) {
+        if (p.connected && !p.unacked.empty()) done = false;
+      }
+    }
+    it = done ? contexts.erase(it) : std::next(it);
+  }
+}
+
 void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   if (tx_n == kBurst) Flush();
   WireHeader h;
@@ -447,6 +472,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     Bump(stats.bad_context);
     return;
   }
+  if (c->closing) c->last_rx = Clock::now();
   if (c->token == 0 || h.session_token != c->token) {
     Bump(stats.bad_token);
     return;
@@ -834,6 +860,16 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
 
 Engine::~Engine() {
   if (!impl_) return;
+  // Let closing contexts finish their linger (bounded by linger_max).
+  const auto give_up = Clock::now() + impl_->opts.linger_max;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (!impl_->HasClosing()) break;
+    }
+    if (Clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   impl_->stop = true;
   impl_->io->Wake();
   if (impl_->thread.joinable()) impl_->thread.join();
@@ -868,7 +904,20 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
 
 void Engine::UnregisterContext(uint32_t ctx) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->contexts.erase(ctx);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return;
+  // Every buffer of the context is gone (they hold the context), so nothing
+  // below refers to user memory any more; keep acking for a while.
+  c->posted.clear();
+  c->arrivals.clear();
+  c->regs.clear();
+  for (Peer& p : c->peers) {
+    p.data_queue.clear();
+    p.buffer_arrivals.clear();
+  }
+  c->closing = true;
+  c->closing_since = c->last_rx = Clock::now();
+  impl_->io->Wake();
 }
 
 absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
