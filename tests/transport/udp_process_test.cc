@@ -225,7 +225,7 @@ void Forge(uint16_t port, uint32_t ctx, uint64_t token) {
     send(h, std::vector<uint8_t>(64, 0xAA));
     h = base;
     h.message_id = 1ull << 40;  // a message that does not exist
-    h.seq = 5;
+    h.seq = 4000;  // inside the receive window, not yet used
     send(h, std::vector<uint8_t>(64, 0xAA));
     h = base;
     h.seq = 1ull << 40;  // far outside the receive window
