@@ -36,7 +36,7 @@ struct EngineOptions {
   // After a context is destroyed, keep acknowledging its peers until they
   // have been quiet this long (and our own sends are acked), at most
   // linger_max. The device destructor waits for lingering contexts.
-  std::chrono::microseconds linger_quiet{100000};
+  std::chrono::microseconds linger_quiet{400000};  // 2 x max_rto
   std::chrono::microseconds linger_max{2000000};
 };
 

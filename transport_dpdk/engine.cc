@@ -95,6 +95,7 @@ struct RecvBufferReg {
 struct Peer {
   int rank = -1;
   bool connected = false;
+  bool closed = false;  // Pair::close(): no new operations; still acks
   PeerHandle handle = 0;
   uint32_t remote_ctx = 0;
   // --- sending side ---
@@ -946,7 +947,9 @@ void Engine::ClosePeer(uint32_t ctx, int peer_rank) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c || peer_rank < 0 || peer_rank >= c->size) return;
-  c->peers[peer_rank].connected = false;
+  // Keep the peer connected at the packet level: it may still need acks
+  // for what it sent us (see the linger in UnregisterContext).
+  c->peers[peer_rank].closed = true;
 }
 
 absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
@@ -962,7 +965,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
         c->size, ")"));
   }
   Peer& p = c->peers[dst];
-  if (!p.connected) {
+  if (!p.connected || p.closed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pair from rank ", c->rank, " to rank ", dst, " is not connected"));
   }
@@ -1023,7 +1026,7 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
           "rank ", c->rank, " cannot recv from rank ", s, " (context size ",
           c->size, ")"));
     }
-    if (!c->peers[s].connected) {
+    if (!c->peers[s].connected || c->peers[s].closed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pair from rank ", c->rank, " to rank ", s, " is not connected"));
     }
