@@ -431,7 +431,10 @@ void Engine::Impl::ReapClosing(Clock::time_point now) {
     if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
       done = true;
       for (const Peer& p : c.peers) {
-        if (p.connected && !p.unacked.empty()) done = false;
+        if (p.connected && (!p.unacked.empty() || !p.data_queue.empty() ||
+                            !p.ctrl.empty())) {
+          done = false;
+        }
       }
     }
     it = done ? contexts.erase(it) : std::next(it);
@@ -913,7 +916,15 @@ void Engine::UnregisterContext(uint32_t ctx) {
   c->arrivals.clear();
   c->regs.clear();
   for (Peer& p : c->peers) {
-    p.data_queue.clear();
+    // Sends whose buffers went away were cancelled or detached (copied)
+    // by Cancel(); the detached ones (e.g. the last notification of an
+    // algorithm, sent without waiting) must still go out.
+    p.data_queue.erase(
+        std::remove_if(p.data_queue.begin(), p.data_queue.end(),
+                       [](const std::shared_ptr<OutMsg>& m) {
+                         return m->cancelled;
+                       }),
+        p.data_queue.end());
     p.buffer_arrivals.clear();
   }
   c->closing = true;
