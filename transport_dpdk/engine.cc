@@ -191,6 +191,15 @@ struct Engine::Impl {
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
   void ReapClosing(Clock::time_point now);
+  // Sends what is ready for peer p right away from the calling (user)
+  // thread, saving the hand-off to the progress thread. Lock held.
+  void Kick(Ctx& c, Peer& p) {
+    auto deadline = Clock::now() + opts.max_sleep;
+    tx_blocked = false;
+    Pump(c, p, Clock::now(), &deadline);
+    Flush();
+    io->Wake();  // the progress thread recomputes its timers
+  }
   bool HasClosing() const {
     for (const auto& kv : contexts) if (kv.second->closing) return true;
     return false;
@@ -1016,7 +1025,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
     Bump(impl_->stats.rendezvous_messages);
   }
   p.out_msgs.emplace(m->id, m);
-  impl_->io->Wake();
+  impl_->Kick(*c, p);
   return m->op;
 }
 
@@ -1062,7 +1071,7 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
       q.erase(it);
       if (q.empty()) c->arrivals.erase(arr);
       impl_->Bind(*c, c->peers[a.peer], a.msg, r);
-      impl_->io->Wake();
+      impl_->Kick(*c, c->peers[a.peer]);
       return r.op;
     }
   }
