@@ -11,9 +11,25 @@ namespace {
 // operations per element is unchanged (stage h only mixes elements within 2h).
 constexpr int kChunkLog2Bytes = 14;
 
+// Stages [first_log2h, end_log2h): two at a time (radix 4: half the passes over the data),
+// computing exactly what two radix-2 stages compute, in the same order.
 template <typename T>
 void Stages(T* x, size_t n, int first_log2h, int end_log2h) {
-  for (int s = first_log2h; s < end_log2h; ++s) {
+  int s = first_log2h;
+  for (; s + 1 < end_log2h; s += 2) {
+    const size_t h = size_t{1} << s;
+    for (size_t j = 0; j < n; j += 4 * h) {
+      for (size_t i = j; i < j + h; ++i) {
+        const T a = x[i], b = x[i + h], c = x[i + 2 * h], d = x[i + 3 * h];
+        const T ab = a + b, a_b = a - b, cd = c + d, c_d = c - d;
+        x[i] = ab + cd;
+        x[i + h] = a_b + c_d;
+        x[i + 2 * h] = ab - cd;
+        x[i + 3 * h] = a_b - c_d;
+      }
+    }
+  }
+  if (s < end_log2h) {
     const size_t h = size_t{1} << s;
     for (size_t j = 0; j < n; j += 2 * h) {
       for (size_t i = j; i < j + h; ++i) {
@@ -32,9 +48,8 @@ void ApplyFactor(T* x, size_t n, uint64_t seed, uint64_t offset, T scale, bool w
   for (size_t base = 0; base < n; base += 64) {
     const int count = n - base < 64 ? static_cast<int>(n - base) : 64;
     const uint64_t bits = with_signs ? SignBits(seed, offset + base, count) : 0;
-    for (int i = 0; i < count; ++i) {
-      x[base + i] *= ((bits >> i) & 1) ? -scale : scale;
-    }
+    const T factor[2] = {scale, -scale};  // indexed by the sign bit: no branch to mispredict
+    for (int i = 0; i < count; ++i) x[base + i] *= factor[(bits >> i) & 1];
   }
 }
 

@@ -36,8 +36,8 @@ class SimdHadamard {
   static constexpr int kLanes = VT::kLanes;
   static constexpr int kLog2Lanes = VT::kLog2Lanes;
   static constexpr int kMaxRadixLog2 = VT::kMaxRadixLog2;
-  // 16 KiB chunks: half of a 32 KiB L1d, leaving room for the streams of the next chunk.
   static constexpr uint64_t kLaneMask = (uint64_t{1} << kLanes) - 1;
+  // 16 KiB chunks: half of a 32 KiB L1d, leaving room for the streams of the next chunk.
   static constexpr int kChunkLog2 = 14 - (sizeof(T) == 8 ? 3 : 2);
 
   // Strides of a chunk (16 KiB) or more put every stream of a radix pass in the same L1 set
