@@ -31,9 +31,9 @@ struct Avx2Float {
   static Vec Mul(Vec a, Vec b) { return _mm256_mul_ps(a, b); }
   static Vec Set1(float s) { return _mm256_set1_ps(s); }
   static Vec Factor(uint64_t bits, float s) {
-    const __m256i lane_bit = _mm256_setr_epi32(1, 2, 4, 8, 16, 32, 64, 128);
-    const __m256i b = _mm256_set1_epi32(static_cast<int>(bits));
-    const __m256i negate = _mm256_cmpeq_epi32(_mm256_and_si256(b, lane_bit), lane_bit);
+    // Shift lane i's bit into the lane's top bit: blendv only looks at that bit.
+    const __m256i to_top = _mm256_setr_epi32(31, 30, 29, 28, 27, 26, 25, 24);
+    const __m256i negate = _mm256_sllv_epi32(_mm256_set1_epi32(static_cast<int>(bits)), to_top);
     return _mm256_blendv_ps(_mm256_set1_ps(s), _mm256_set1_ps(-s), _mm256_castsi256_ps(negate));
   }
   static Vec InRegisterStages(Vec v) {
@@ -60,9 +60,9 @@ struct Avx2Double {
   static Vec Mul(Vec a, Vec b) { return _mm256_mul_pd(a, b); }
   static Vec Set1(double s) { return _mm256_set1_pd(s); }
   static Vec Factor(uint64_t bits, double s) {
-    const __m256i lane_bit = _mm256_setr_epi64x(1, 2, 4, 8);
-    const __m256i b = _mm256_set1_epi64x(static_cast<long long>(bits));
-    const __m256i negate = _mm256_cmpeq_epi64(_mm256_and_si256(b, lane_bit), lane_bit);
+    const __m256i to_top = _mm256_setr_epi64x(63, 62, 61, 60);
+    const __m256i negate =
+        _mm256_sllv_epi64(_mm256_set1_epi64x(static_cast<long long>(bits)), to_top);
     return _mm256_blendv_pd(_mm256_set1_pd(s), _mm256_set1_pd(-s), _mm256_castsi256_pd(negate));
   }
   static Vec InRegisterStages(Vec v) {
