@@ -152,15 +152,13 @@ absl::Status RedisClient::ConnectOnce(milliseconds connect_timeout) {
     if (io_error) return reply.status();
     if (argv[0] == "AUTH") {
       return absl::PermissionDeniedError(absl::StrCat(
-          "redis ", Endpoint(), ": AUTH rejected (",
-          url.user.empty() ? "password only" : absl::StrCat("user '", url.user, "'"),
-          "): ", reply.status().message()));
+          reply.status().message(), " (AUTH with ",
+          url.user.empty() ? "password only" : absl::StrCat("user '", url.user, "'"), ")"));
     }
     if (reply.status().code() == absl::StatusCode::kPermissionDenied) {
       return absl::PermissionDeniedError(absl::StrCat(
-          "redis ", Endpoint(), ": server requires authentication but the URL gives ",
-          url.password.empty() ? "no password" : "credentials without this permission", ": ",
-          reply.status().message()));
+          reply.status().message(), " (the server requires authentication; the URL gives ",
+          url.password.empty() ? "no password" : "credentials without this permission", ")"));
     }
     return reply.status();
   }

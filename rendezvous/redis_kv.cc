@@ -288,8 +288,10 @@ absl::StatusOr<int64_t> RedisKv::NumKeys() {
 absl::Status RedisKv::Finish() {
   absl::MutexLock lock(&finish_mu_);
   if (finished_) return absl::OkStatus();
-  // Not retried after a dropped connection: counting this rank twice would delete the
-  // run's keys while a rank still needs them.
+  // One attempt only, even if it fails: a dropped connection may have counted this rank
+  // already, and counting it twice would delete the run's keys while a rank still needs
+  // them. On failure the keys expire after key_ttl instead.
+  finished_ = true;
   auto r = client_->Command({"EVAL", kFinishScript, "3", done_key_, keyset_key_, joins_key_,
                              absl::StrCat(options_.world_size), Ttl(), joins_at_full_run_},
                             RedisClient::Retry::kNever);
@@ -298,7 +300,6 @@ absl::Status RedisKv::Finish() {
                         absl::StrCat("finishing ", run_prefix_, ": ", r.status().message(),
                                      " (the run's keys will expire after key_ttl)"));
   }
-  finished_ = true;
   return absl::OkStatus();
 }
 

@@ -103,8 +103,10 @@ class RedisKv {
   // Number of this run's keys (written through this API and not deleted).
   absl::StatusOr<int64_t> NumKeys();
 
-  // This rank is done with the store. Idempotent. The last of world_size ranks deletes
-  // every key of the run (see above). Keys stay readable until then.
+  // This rank is done with the store. The last of world_size ranks deletes every key of
+  // the run (see above); keys stay readable until then. Attempted once: later calls (and
+  // the destructor) return OK without contacting Redis, also after a failed attempt, whose
+  // keys then expire after key_ttl.
   absl::Status Finish();
 
   // "optireduce/<job_id>/gen/<g>/" or ".../run/<run_id>/".

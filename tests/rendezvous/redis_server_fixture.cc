@@ -121,6 +121,14 @@ void RedisServer::Kill() {
   }
 }
 
+void RedisServer::Pause() {
+  if (pid_ > 0) ::kill(pid_, SIGSTOP);
+}
+
+void RedisServer::Resume() {
+  if (pid_ > 0) ::kill(pid_, SIGCONT);
+}
+
 RedisServer::~RedisServer() {
   Kill();
   std::error_code ec;

@@ -26,6 +26,9 @@ class RedisServer {
   std::string Url() const;
   // SIGKILLs the server now and reaps it (idempotent).
   void Kill();
+  // SIGSTOP / SIGCONT: a server that accepts connections but never answers.
+  void Pause();
+  void Resume();
 
  private:
   RedisServer() = default;

@@ -4,6 +4,7 @@
 #include <stdlib.h>
 
 #include <atomic>
+#include <iostream>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -387,6 +388,7 @@ TEST_F(RedisStoreTest, WrongPasswordFailsClearly) {
   o.url = absl::StrCat("redis://:not-the-password@127.0.0.1:", server_->port());
   const auto start = Clock::now();
   auto s = RedisStore::Connect(o);
+  std::cerr << "reported: " << s.status() << "\n";
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kPermissionDenied) << s.status();
   EXPECT_NE(s.status().message().find("AUTH"), std::string::npos) << s.status();
@@ -409,6 +411,7 @@ TEST(RedisStoreFaultTest, UnreachableHostFailsWithinConnectTimeout) {
   o.connect_timeout = milliseconds(1000);
   const auto start = Clock::now();
   auto s = RedisStore::Connect(o);
+  std::cerr << "reported after " << SecondsSince(start) << " s: " << s.status() << "\n";
   ASSERT_FALSE(s.ok());
   EXPECT_EQ(s.status().code(), absl::StatusCode::kUnavailable) << s.status();
   EXPECT_NE(s.status().message().find("cannot connect"), std::string::npos) << s.status();
@@ -433,6 +436,7 @@ TEST_F(RedisStoreTest, ServerKilledDuringWaitFailsWithinTimeout) {
     what = e.what();
   }
   killer.join();
+  std::cerr << "reported after " << SecondsSince(start) << " s: " << what << "\n";
   ASSERT_NE(what, "") << "wait returned although the key never came";
   EXPECT_NE(what.find("never-comes"), std::string::npos) << what;
   EXPECT_TRUE(what.find("refused") != std::string::npos ||
@@ -441,9 +445,33 @@ TEST_F(RedisStoreTest, ServerKilledDuringWaitFailsWithinTimeout) {
   EXPECT_LT(SecondsSince(start), 4.0 + 5.0);
   // Finish (from the destructor) with the server gone must not hang either.
   const auto finish_start = Clock::now();
-  EXPECT_FALSE((*store)->Finish().ok());
+  absl::Status finished = (*store)->Finish();
+  std::cerr << "finish reported after " << SecondsSince(finish_start) << " s: " << finished
+            << "\n";
+  EXPECT_FALSE(finished.ok());
   store->reset();
   EXPECT_LT(SecondsSince(finish_start), 2 * 1.0 + 5.0);
+}
+
+TEST_F(RedisStoreTest, HungServerFailsWithinOpTimeout) {
+  RedisOptions o = Options("job-hung", 1);
+  o.op_timeout = milliseconds(500);
+  auto kv = Kv(o);
+  ASSERT_NE(kv, nullptr);
+  server_->Pause();
+  const auto start = Clock::now();
+  auto v = kv->TryGet("k");
+  const double elapsed = SecondsSince(start);
+  server_->Resume();
+  std::cerr << "reported after " << elapsed << " s: " << v.status() << "\n";
+  ASSERT_FALSE(v.ok());
+  EXPECT_EQ(v.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(v.status().message().find("no reply within op_timeout"), std::string::npos)
+      << v.status();
+  EXPECT_LT(elapsed, 0.5 + 5.0);
+  // Once the server answers again the same store works (fresh connection).
+  auto again = kv->TryGet("k");
+  EXPECT_TRUE(again.ok()) << again.status();
 }
 
 TEST_F(RedisStoreTest, ReconnectsAfterTheServerDropsTheConnection) {
