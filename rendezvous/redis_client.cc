@@ -131,6 +131,7 @@ absl::Status RedisClient::ConnectOnce(milliseconds connect_timeout) {
         absl::StrCat("redis ", Endpoint(), ": cannot set socket timeout: ", why));
   }
   context_ = c;
+  socket_timeout_ = options_.op_timeout;
 
   // The handshake: AUTH (if configured), SELECT (if not db 0), PING. PING catches a server
   // that demands a password the URL does not give, at connect time rather than later.
@@ -207,7 +208,8 @@ absl::StatusOr<RedisReply> RedisClient::SendOnce(const std::vector<std::string>&
     *io_error = true;
     std::string why = context_->errstr[0] != '\0' ? context_->errstr : "connection lost";
     if (context_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      why = absl::StrCat("no reply within op_timeout ", options_.op_timeout.count(), " ms");
+      why = absl::StrCat("no reply within ", socket_timeout_.count(), " ms (op_timeout ",
+                         options_.op_timeout.count(), " ms)");
     }
     return absl::UnavailableError(
         absl::StrCat("redis ", Endpoint(), ": ", cmd, " failed: ", why));
@@ -226,7 +228,9 @@ absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& 
                                                 Retry retry, Clock::time_point deadline) {
   if (argv.empty()) return absl::InvalidArgumentError("redis client: empty command");
   absl::MutexLock lock(&mu_);
-  deadline = std::min(deadline, Clock::now() + options_.op_timeout);
+  const Clock::time_point own_deadline = Clock::now() + options_.op_timeout;
+  const bool caller_bounded = deadline < own_deadline;
+  deadline = std::min(deadline, own_deadline);
   std::string lost;  // why the connection dropped, for the final error
   for (;;) {
     if (context_ == nullptr) {
@@ -237,6 +241,15 @@ absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& 
                                                    ") and reconnecting within op_timeout ",
                                                    options_.op_timeout.count(),
                                                    " ms failed: ", s.message()));
+      }
+    }
+    // The socket timeout is op_timeout, shortened to the caller's deadline so a hung
+    // server cannot hold a wait past its own timeout.
+    const milliseconds socket_timeout =
+        caller_bounded ? std::max(milliseconds(1), Remaining(deadline)) : options_.op_timeout;
+    if (socket_timeout != socket_timeout_) {
+      if (redisSetTimeout(context_, ToTimeval(socket_timeout)) == REDIS_OK) {
+        socket_timeout_ = socket_timeout;
       }
     }
     bool io_error = false;
@@ -250,8 +263,10 @@ absl::StatusOr<RedisReply> RedisClient::Command(const std::vector<std::string>& 
           ", so whether it was applied is unknown"));
     }
     if (Remaining(deadline) <= milliseconds(0)) {
-      return absl::UnavailableError(
-          absl::StrCat(lost, " (op_timeout ", options_.op_timeout.count(), " ms spent)"));
+      return absl::UnavailableError(absl::StrCat(
+          lost, caller_bounded ? " (caller's deadline reached)"
+                               : absl::StrCat(" (op_timeout ", options_.op_timeout.count(),
+                                              " ms spent)")));
     }
   }
 }

@@ -87,6 +87,7 @@ class RedisClient {
   const RedisClientOptions options_;
   absl::Mutex mu_;
   redisContext* context_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::chrono::milliseconds socket_timeout_ ABSL_GUARDED_BY(mu_){0};
 };
 
 }  // namespace rendezvous
