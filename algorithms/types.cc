@@ -13,6 +13,7 @@ size_t ElementSize(DataType type) {
     case DataType::kUInt64: return 8;
     case DataType::kFloat16: return 2;
     case DataType::kUnknown: return 0;
+    case DataType::kOther: return 0;
   }
   return 0;
 }
@@ -28,6 +29,7 @@ const char* DataTypeName(DataType type) {
     case DataType::kUInt64: return "uint64";
     case DataType::kFloat16: return "float16";
     case DataType::kUnknown: return "unknown";
+    case DataType::kOther: return "other";
   }
   return "unknown";
 }

@@ -16,6 +16,7 @@ enum class DataType : uint8_t {
   kInt64,
   kUInt64,
   kFloat16,
+  kOther,  // a type optireduce has no name for: reduced as given, never transformed
 };
 
 enum class ReduceOp : uint8_t {

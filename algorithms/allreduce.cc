@@ -1,0 +1,481 @@
+// Transpose AllReduce over Gloo's public transport API (UnboundBuffer send/recv).
+#include "algorithms/allreduce.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "algorithms/bounded_channel.h"
+#include "algorithms/hadamard.h"
+#include "algorithms/op_stats.h"
+#include "algorithms/reduce_classifier.h"
+#include "algorithms/transpose_plan.h"
+
+namespace optireduce {
+namespace {
+
+using Impl = gloo::detail::AllreduceOptionsImpl;
+using std::chrono::milliseconds;
+using Clock = std::chrono::steady_clock;
+
+// Slot prefix for TAR messages; Gloo's own collectives use 0x01..0x08.
+constexpr uint8_t kTransposeSlotPrefix = 0x20;
+
+struct ImplAccess : gloo::AllreduceOptions {
+  static const Impl& Get(const gloo::AllreduceOptions& opts) {
+    return opts.*(&ImplAccess::impl_);
+  }
+};
+
+// Per-(context, tag) operation counters: every rank calls allreduce with a given tag in the
+// same order, so the counters agree; they seed the Hadamard signs and name bounded
+// operations. A context destroyed and another created at the same address must start
+// from 0 again, so each entry remembers (weakly) which context it counts for.
+uint64_t NextOperation(const std::shared_ptr<gloo::Context>& context, uint32_t tag) {
+  struct Counter {
+    std::weak_ptr<gloo::Context> context;
+    uint64_t next = 0;
+  };
+  static std::mutex mu;
+  static auto* counters =
+      new absl::flat_hash_map<std::tuple<const gloo::Context*, uint32_t>, Counter>();
+  std::lock_guard<std::mutex> lock(mu);
+  Counter& c = (*counters)[std::make_tuple(context.get(), tag)];
+  if (c.context.lock() != context) {
+    c.context = context;
+    c.next = 0;
+  }
+  return c.next++;
+}
+
+// Scratch memory for one peer's shard per step; grows, never shrinks, one per thread so
+// concurrent allreduces from several threads never share it.
+char* ScratchBytes(size_t bytes) {
+  struct Scratch {
+    char* data = nullptr;
+    size_t size = 0;
+    ~Scratch() { std::free(data); }
+  };
+  thread_local Scratch scratch;
+  if (scratch.size < bytes) {
+    std::free(scratch.data);
+    const size_t rounded = (bytes + 63) / 64 * 64;
+    scratch.data = static_cast<char*>(std::aligned_alloc(64, rounded));
+    GLOO_ENFORCE(scratch.data != nullptr, "optireduce::allreduce: cannot allocate ",
+                 rounded, " bytes of scratch memory");
+    scratch.size = rounded;
+  }
+  return scratch.data;
+}
+
+class Deadline {
+ public:
+  explicit Deadline(milliseconds timeout) : timeout_(timeout) {
+    if (timeout.count() > 0) end_ = Clock::now() + timeout;
+  }
+  // Time left for the next wait; kUnsetTimeout means "the transport's default".
+  milliseconds Remaining(const char* what, int peer) const {
+    if (timeout_.count() <= 0) return gloo::transport::kUnsetTimeout;
+    auto left = std::chrono::duration_cast<milliseconds>(end_ - Clock::now());
+    if (left.count() <= 0) {
+      GLOO_THROW_IO_EXCEPTION("optireduce::allreduce timed out after ", timeout_.count(),
+                              " ms ", what, " rank ", peer);
+    }
+    return left;
+  }
+
+ private:
+  milliseconds timeout_;
+  Clock::time_point end_;
+};
+
+struct Job {
+  const Impl& gloo;
+  DataType type;
+  ReduceOp op;
+  bool hadamard;
+  uint64_t hadamard_seed;
+  int hadamard_log2_block;
+  size_t max_segment_bytes;
+  bool bounded;  // OptiReduce mode asked for, and the type/op allow it
+  double max_loss;
+  Compensation compensation;
+  TimeoutPolicy* policy;
+  BoundedChannel* channel;  // override; nullptr: the context transport's own
+  OpStats* stats_out;
+};
+
+void Wait(bool ok, const char* what, int peer, uint32_t tag) {
+  if (!ok) {
+    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
+                            " rank ", peer);
+  }
+}
+
+// Annotates a transport error with where in TAR it happened.
+template <typename Fn>
+void WithContext(const char* what, int peer, uint32_t tag, Fn fn) {
+  try {
+    fn();
+  } catch (const gloo::IoException& e) {
+    throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ",
+                                         what, " rank ", peer, ": ", e.what()));
+  }
+}
+
+void Validate(const Impl& g) {
+  GLOO_ENFORCE(g.context != nullptr, "optireduce::allreduce: no context");
+  GLOO_ENFORCE(!g.out.empty(), "optireduce::allreduce: no output buffer (setOutput)");
+  GLOO_ENFORCE(g.elementSize > 0, "optireduce::allreduce: element size is 0");
+  GLOO_ENFORCE(static_cast<bool>(g.reduce),
+               "optireduce::allreduce: no reduce function (setReduceFunction)");
+  const size_t bytes = g.elements * g.elementSize;
+  for (size_t i = 0; i < g.out.size(); i++) {
+    GLOO_ENFORCE(g.out[i] != nullptr, "optireduce::allreduce: output ", i, " is null");
+    GLOO_ENFORCE(bytes == 0 || g.out[i]->ptr != nullptr, "optireduce::allreduce: output ",
+                 i, " has a null pointer and ", g.elements, " elements");
+    GLOO_ENFORCE(g.out[i]->size >= bytes, "optireduce::allreduce: output ", i, " holds ",
+                 g.out[i]->size, " bytes, ", bytes, " needed");
+  }
+  for (size_t i = 0; i < g.in.size(); i++) {
+    GLOO_ENFORCE(g.in[i] != nullptr, "optireduce::allreduce: input ", i, " is null");
+    GLOO_ENFORCE(bytes == 0 || g.in[i]->ptr != nullptr, "optireduce::allreduce: input ", i,
+                 " has a null pointer and ", g.elements, " elements");
+    GLOO_ENFORCE(g.in[i]->size >= bytes, "optireduce::allreduce: input ", i, " holds ",
+                 g.in[i]->size, " bytes, ", bytes, " needed");
+  }
+}
+
+void HadamardTransform(const Job& job, char* data, uint64_t seed, bool forward) {
+  hadamard::Options options;
+  if (job.hadamard_log2_block > 0) options.log2_block = job.hadamard_log2_block;
+  const size_t n = job.gloo.elements;
+  if (job.type == DataType::kFloat32) {
+    auto* p = reinterpret_cast<float*>(data);
+    forward ? hadamard::Forward(p, n, seed, options) : hadamard::Inverse(p, n, seed, options);
+  } else {
+    auto* p = reinterpret_cast<double*>(data);
+    forward ? hadamard::Forward(p, n, seed, options) : hadamard::Inverse(p, n, seed, options);
+  }
+}
+
+// One round of TAR over elements [offset, offset + len) of every shard (len clipped to each
+// shard's count), so scratch memory stays bounded for buffers of any size.
+void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& send_buf,
+                    gloo::transport::UnboundBuffer& recv_buf, const TransposePlan& plan,
+                    size_t round_offset, size_t round_len, const Deadline& deadline,
+                    uint64_t slot1, uint64_t slot2) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const int rank = ctx.rank;
+  const int n = ctx.size;
+  const size_t esz = g.elementSize;
+  auto piece = [&](int owner, size_t* begin) -> size_t {
+    const size_t count = plan.ShardCount(owner);
+    if (round_offset >= count) return 0;
+    *begin = plan.ShardBegin(owner) + round_offset;
+    return std::min(round_len, count - round_offset);
+  };
+
+  size_t my_begin = 0;
+  const size_t my_count = piece(rank, &my_begin);
+  char* scratch = ScratchBytes(std::max<size_t>(1, (n - 1) * round_len * esz));
+
+  // Phase 1: post receives of my shard from every peer, then send each owner its shard.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> from_peer(n - 1);
+  if (my_count > 0) {
+    for (int step = 1; step < n; step++) {
+      const int peer = plan.RecvPeer(rank, step);
+      from_peer[step - 1] = ctx.createUnboundBuffer(scratch + (step - 1) * round_len * esz,
+                                                    my_count * esz);
+      from_peer[step - 1]->recv(peer, slot1, 0, my_count * esz);
+    }
+  }
+  int sends = 0;
+  for (int step = 1; step < n; step++) {
+    const int peer = plan.SendPeer(rank, step);
+    size_t begin = 0;
+    const size_t count = piece(peer, &begin);
+    if (count == 0) continue;
+    send_buf.send(peer, slot1, begin * esz, count * esz);
+    sends++;
+  }
+  // Reduce contributions in step order while later ones are still in flight.
+  char* mine = data + my_begin * esz;
+  if (my_count > 0) {
+    for (int step = 1; step < n; step++) {
+      const int peer = plan.RecvPeer(rank, step);
+      WithContext("receiving phase-1 data from", peer, g.tag, [&] {
+        Wait(from_peer[step - 1]->waitRecv(nullptr, deadline.Remaining("receiving phase-1 data from", peer)),
+             "receiving phase-1 data from", peer, g.tag);
+      });
+      g.reduce(mine, mine, scratch + (step - 1) * round_len * esz, my_count);
+    }
+  }
+  for (int i = 0; i < sends; i++) {
+    WithContext("sending phase-1 data to", -1, g.tag, [&] {
+      Wait(send_buf.waitSend(nullptr, deadline.Remaining("sending phase-1 data to", -1)),
+           "sending phase-1 data to", -1, g.tag);
+    });
+  }
+
+  // Phase 2: owners send their reduced shard to everyone; receive every other shard in place.
+  int recvs = 0;
+  for (int step = 1; step < n; step++) {
+    const int owner = plan.RecvPeer(rank, step);
+    size_t begin = 0;
+    const size_t count = piece(owner, &begin);
+    if (count == 0) continue;
+    recv_buf.recv(owner, slot2, begin * esz, count * esz);
+    recvs++;
+  }
+  sends = 0;
+  if (my_count > 0) {
+    for (int step = 1; step < n; step++) {
+      send_buf.send(plan.SendPeer(rank, step), slot2, my_begin * esz, my_count * esz);
+      sends++;
+    }
+  }
+  for (int i = 0; i < recvs; i++) {
+    int peer = -1;
+    WithContext("receiving phase-2 data from", peer, g.tag, [&] {
+      Wait(recv_buf.waitRecv(&peer, deadline.Remaining("receiving phase-2 data from", -1)),
+           "receiving phase-2 data from", peer, g.tag);
+    });
+  }
+  for (int i = 0; i < sends; i++) {
+    WithContext("sending phase-2 data to", -1, g.tag, [&] {
+      Wait(send_buf.waitSend(nullptr, deadline.Remaining("sending phase-2 data to", -1)),
+           "sending phase-2 data to", -1, g.tag);
+    });
+  }
+}
+
+// What every rank must agree on before data moves. Sent to each peer ahead of the data on
+// its own slot: on an ordered transport it arrives first, so a rank with a different count
+// is reported with a clear error before any receive of the wrong size is posted (Gloo's
+// TCP device aborts the process on a size mismatch).
+struct PeerFingerprint {
+  uint64_t elements;
+  uint32_t element_size;
+  uint8_t type;
+  uint8_t op;
+  uint8_t hadamard;
+  uint8_t version;
+};
+static_assert(sizeof(PeerFingerprint) == 16, "fingerprint is sent as raw bytes");
+
+void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const int n = ctx.size;
+  PeerFingerprint mine{g.elements, static_cast<uint32_t>(g.elementSize),
+                       static_cast<uint8_t>(job.type), static_cast<uint8_t>(job.op),
+                       static_cast<uint8_t>(job.hadamard), 1};
+  std::vector<PeerFingerprint> theirs(n);
+  auto send_buf = ctx.createUnboundBuffer(&mine, sizeof(mine));
+  auto recv_buf = ctx.createUnboundBuffer(theirs.data(), theirs.size() * sizeof(mine));
+  for (int peer = 0; peer < n; peer++) {
+    if (peer == ctx.rank) continue;
+    recv_buf->recv(peer, slot, peer * sizeof(mine), sizeof(mine));
+    send_buf->send(peer, slot, 0, sizeof(mine));
+  }
+  for (int i = 0; i < 2 * (n - 1); i++) {
+    int peer = -1;
+    const bool recv = i < n - 1;
+    const char* what = recv ? "exchanging operation sizes with" : "sending operation sizes to";
+    WithContext(what, peer, g.tag, [&] {
+      const auto left = deadline.Remaining(what, -1);
+      Wait(recv ? recv_buf->waitRecv(&peer, left) : send_buf->waitSend(&peer, left), what,
+           peer, g.tag);
+    });
+  }
+  for (int peer = 0; peer < n; peer++) {
+    if (peer == ctx.rank) continue;
+    const PeerFingerprint& t = theirs[peer];
+    GLOO_ENFORCE(t.elements == mine.elements && t.element_size == mine.element_size,
+                 "optireduce::allreduce (tag ", g.tag, "): rank ", ctx.rank, " has ",
+                 mine.elements, " elements of ", mine.element_size, " bytes but rank ", peer,
+                 " has ", t.elements, " elements of ", t.element_size, " bytes");
+    GLOO_ENFORCE(t.hadamard == mine.hadamard && t.op == mine.op,
+                 "optireduce::allreduce (tag ", g.tag, "): ranks ", ctx.rank, " and ", peer,
+                 " disagree on the reduce op or the Hadamard setting");
+  }
+}
+
+// Exact TAR over the transport's reliable service, after the agreement check.
+void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& deadline,
+                 uint64_t slot1, uint64_t slot2) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const size_t bytes = g.elements * g.elementSize;
+  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
+  const TransposePlan plan(g.elements, ctx.size);
+  const size_t segment_elems = std::max<size_t>(1, job.max_segment_bytes / g.elementSize);
+  const size_t rounds = (plan.MaxShardCount() + segment_elems - 1) / segment_elems;
+  auto send_buf = ctx.createUnboundBuffer(data, bytes);
+  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
+  for (size_t r = 0; r < rounds; r++) {
+    TransposeRound(job, data, *send_buf, *recv_buf, plan, r * segment_elems, segment_elems,
+                   deadline, slot1, slot2);
+  }
+  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
+}
+
+void WarnNoBoundedService() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "optireduce: this context's transport has no bounded service (e.g. Gloo TCP); "
+                 "OptiReduce mode runs exact TAR instead. Use the UDP or DPDK device.\n");
+  });
+}
+
+void Run(const Job& job) {
+  const Impl& g = job.gloo;
+  const size_t bytes = g.elements * g.elementSize;
+  char* data = static_cast<char*>(g.out[0]->ptr);
+  const auto start = Clock::now();
+
+  // Local reduction of all inputs into the first output.
+  if (!g.in.empty() && bytes > 0) {
+    if (g.in[0]->ptr != data) std::memcpy(data, g.in[0]->ptr, bytes);
+    for (size_t i = 1; i < g.in.size(); i++) g.reduce(data, data, g.in[i]->ptr, g.elements);
+  }
+
+  gloo::Context& ctx = *g.context;
+  if (ctx.size > 1) {
+    // Every rank advances the same per-(context, tag) counter once per operation: it seeds
+    // the Hadamard signs and names bounded operations.
+    const uint64_t counter = NextOperation(g.context, g.tag);
+    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, counter);
+    BoundedChannel* channel = nullptr;
+    if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
+    if (job.bounded && channel == nullptr) WarnNoBoundedService();
+    OpStats stats;
+    stats.tag = g.tag;
+    stats.bytes = bytes;
+    stats.rank = ctx.rank;
+    stats.size = ctx.size;
+    if (channel != nullptr && g.elements > 0 && !job.policy->Calibrating(bytes)) {
+      // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
+      const TimeBound bound = job.policy->BoundFor(bytes);
+      stats.mode = "bounded";
+      stats.op = BoundedOpId(g.tag, counter, 1);
+      stats.bound_ms = bound.bound.count() / 1000.0;
+      stats.bound_capped = bound.capped;
+      if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
+      BoundedTransposeArgs args;
+      args.context = &ctx;
+      args.channel = channel;
+      args.data = data;
+      args.elements = g.elements;
+      args.type = job.type;
+      args.op = stats.op;
+      args.bound = bound;
+      args.max_loss = job.max_loss;
+      args.compensation = job.compensation;
+      BoundedTranspose(args, &stats);
+      if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
+    } else {
+      const Deadline deadline(g.timeout);
+      const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
+      const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
+      const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it.
+      VerifyPeersAgree(job, slot_meta, deadline);
+      if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
+      stats.mode = channel != nullptr ? "calibration" : "reliable";
+    }
+    const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    stats.duration_ms = elapsed.count() / 1000.0;
+    if (job.bounded && g.elements > 0) {
+      job.policy->Record(bytes, elapsed);
+      StatsRegistry::Get().Record(stats);
+    }
+    if (job.stats_out != nullptr) *job.stats_out = stats;
+  }
+
+  for (size_t i = 1; i < g.out.size(); i++) {
+    if (g.out[i]->ptr != data && bytes > 0) std::memcpy(g.out[i]->ptr, data, bytes);
+  }
+}
+
+Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
+  Validate(g);
+  DataType type = extras.dataType();
+  ReduceOp op = extras.reduceOp();
+  if (type == DataType::kUnknown || op == ReduceOp::kUnknown) {
+    const ReduceKind kind = ClassifyReduce(g.reduce, g.elementSize);
+    if (type == DataType::kUnknown) type = kind.type;
+    if (op == ReduceOp::kUnknown) op = kind.op;
+  }
+  const bool float_sum = IsFloatingPoint(type) && op == ReduceOp::kSum &&
+                         ElementSize(type) == g.elementSize;
+  const auto mode = extras.hadamard();
+  GLOO_ENFORCE(mode != AllreduceOptions::Hadamard::kOn || float_sum,
+               "optireduce::allreduce: the Hadamard transform needs a float32/float64 sum, "
+               "got type ", DataTypeName(type), " and op ", ReduceOpName(op));
+  GLOO_ENFORCE(extras.maxSegmentBytes() > 0, "optireduce::allreduce: max segment bytes is 0");
+  GLOO_ENFORCE(extras.maxLoss() >= 0 && extras.maxLoss() <= 1,
+               "optireduce::allreduce: max loss must be a fraction in [0, 1], got ",
+               extras.maxLoss());
+  TimeoutPolicy* policy =
+      extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
+  const bool bounded = extras.mode() == AllreduceOptions::Mode::kBounded && float_sum;
+  int log2_block = extras.hadamardLog2Block();
+  if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
+  return Job{g,
+             type,
+             op,
+             mode != AllreduceOptions::Hadamard::kOff && float_sum,
+             extras.hadamardSeed(),
+             log2_block,
+             extras.maxSegmentBytes(),
+             bounded,
+             extras.maxLoss(),
+             extras.compensation(),
+             policy,
+             extras.boundedChannel(),
+             extras.statsOutput()};
+}
+
+}  // namespace
+
+const gloo::detail::AllreduceOptionsImpl& GlooOptionsOf(const gloo::AllreduceOptions& opts) {
+  return ImplAccess::Get(opts);
+}
+
+TimeoutPolicy& DefaultTimeoutPolicy() {
+  static TimeoutPolicy* policy = new TimeoutPolicy();
+  return *policy;
+}
+
+void SetDefaultTimeoutOptions(const TimeoutOptions& options) {
+  DefaultTimeoutPolicy().Configure(options);
+}
+
+void allreduce(const AllreduceOptions& opts) { Run(MakeJob(opts.glooOptions(), opts)); }
+
+void allreduce(const gloo::AllreduceOptions& opts, const AllreduceOptions& extras) {
+  Run(MakeJob(GlooOptionsOf(opts), extras));
+}
+
+void allreduce(const gloo::AllreduceOptions& opts, AllreduceOptions::Hadamard hadamard) {
+  AllreduceOptions extras(GlooOptionsOf(opts).context);
+  extras.setHadamard(hadamard);
+  Run(MakeJob(GlooOptionsOf(opts), extras));
+}
+
+}  // namespace optireduce

@@ -1,0 +1,314 @@
+// Compares allreduce algorithms on N local ranks (processes) and prints one table:
+// p50/p99 latency and bus bandwidth per algorithm and size, and each algorithm's p50 as a
+// ratio to Gloo's ring_chunked measured in the same run. Every result is verified.
+//
+//   optireduce-demo [--ranks 4] [--transport tcp] [--sizes 4K,64K,1M,16M,64M]
+//                   [--iters N] [--algos a,b,...] [--csv FILE]
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "algorithms/allreduce.h"
+#include "bench/local_ranks.h"
+
+namespace optireduce {
+namespace bench {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using RawFunc = void (*)(void*, const void*, const void*, size_t);
+
+const std::vector<std::string> kAllAlgos = {"ring_chunked", "halving_doubling", "gloo_allreduce",
+                                            "transpose", "transpose_hadamard"};
+
+struct Config {
+  int ranks = 4;
+  std::string transport = "tcp";
+  std::vector<size_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
+  int iters = 0;  // 0: chosen per size
+  std::vector<std::string> algos = kAllAlgos;
+  std::string csv;
+};
+
+bool ParseSize(const std::string& text, size_t* out) {
+  if (text.empty()) return false;
+  size_t mult = 1;
+  std::string digits = text;
+  const char unit = static_cast<char>(std::toupper(text.back()));
+  if (unit == 'K' || unit == 'M' || unit == 'G') {
+    mult = unit == 'K' ? 1 << 10 : unit == 'M' ? 1 << 20 : size_t{1} << 30;
+    digits.pop_back();
+  }
+  uint64_t v = 0;
+  if (!absl::SimpleAtoi(digits, &v)) return false;
+  *out = v * mult;
+  return true;
+}
+
+int Usage(const char* why) {
+  std::fprintf(stderr,
+               "error: %s\nusage: optireduce-demo [--ranks N (2..16)] [--transport tcp] "
+               "[--sizes 4K,64K,1M,...] [--iters N] [--algos %s] [--csv FILE]\n",
+               why, "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard");
+  return 2;
+}
+
+// One rank's timed loop for one algorithm at one size. Returns per-iteration latencies
+// (microseconds) measured on this rank, each iteration started together after a barrier.
+std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t count,
+                            int iters, bool* verified) {
+  const auto& ctx = env.context;
+  std::vector<float> data(count);
+  auto fill = [&] {
+    for (size_t i = 0; i < count; i++) data[i] = static_cast<float>(env.rank + 1 + (i % 3));
+  };
+  fill();
+  std::unique_ptr<gloo::Algorithm> old_style;
+  float* ptr = data.data();
+  if (algo == "ring_chunked") {
+    old_style.reset(new gloo::AllreduceRingChunked<float>(ctx, {ptr}, static_cast<int>(count)));
+  } else if (algo == "halving_doubling") {
+    old_style.reset(
+        new gloo::AllreduceHalvingDoubling<float>(ctx, {ptr}, static_cast<int>(count)));
+  }
+  auto run_once = [&](uint32_t tag) {
+    if (old_style) {
+      old_style->run();
+    } else if (algo == "gloo_allreduce") {
+      gloo::AllreduceOptions opts(ctx);
+      opts.setOutput(ptr, count);
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setTag(tag);
+      gloo::allreduce(opts);
+    } else {
+      optireduce::AllreduceOptions opts(ctx);
+      opts.setOutput(ptr, count);
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setTag(tag);
+      opts.setHadamard(algo == "transpose_hadamard" ? AllreduceOptions::Hadamard::kOn
+                                                    : AllreduceOptions::Hadamard::kOff);
+      optireduce::allreduce(opts);
+    }
+  };
+  // Warm-up and verification: every element is sum over ranks of (rank + 1 + i % 3).
+  run_once(1);
+  const int n = env.size;
+  *verified = true;
+  for (size_t i = 0; i < count; i++) {
+    const float want = static_cast<float>(n * (n + 1) / 2 + n * static_cast<int>(i % 3));
+    if (std::fabs(data[i] - want) > 1e-3f * want) {
+      *verified = false;
+      break;
+    }
+  }
+  std::vector<double> lat;
+  for (int it = 0; it < iters; it++) {
+    fill();
+    gloo::BarrierOptions barrier(ctx);
+    barrier.setTag(7);
+    gloo::barrier(barrier);
+    const auto start = Clock::now();
+    run_once(1);
+    lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+  }
+  return lat;
+}
+
+double Percentile(std::vector<double> v, double p) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const size_t idx = std::min(v.size() - 1, static_cast<size_t>(std::ceil(p * v.size())) - 1);
+  return v[idx];
+}
+
+std::string HumanSize(size_t bytes) {
+  char buf[32];
+  if (bytes >= (1 << 20)) std::snprintf(buf, sizeof(buf), "%zu MiB", bytes >> 20);
+  else if (bytes >= (1 << 10)) std::snprintf(buf, sizeof(buf), "%zu KiB", bytes >> 10);
+  else std::snprintf(buf, sizeof(buf), "%zu B", bytes);
+  return buf;
+}
+
+struct Row {
+  size_t bytes;
+  std::string algo;
+  double p50, p99, busbw;
+  bool ok;
+};
+
+// Measures one algorithm at every size; rank 0 appends rows to `results`.
+int RankMain(const RankEnv& env, const Config& cfg, const std::string& algo,
+             const std::string& results) {
+  int status = 0;
+  for (size_t bytes : cfg.sizes) {
+    const size_t count = std::max<size_t>(1, bytes / sizeof(float));
+    const int iters = cfg.iters > 0 ? cfg.iters
+                                    : static_cast<int>(std::clamp<size_t>((256u << 20) / bytes, 8, 200));
+    bool verified = false;
+    std::vector<double> lat = RunAlgo(env, algo, count, iters, &verified);
+    // An allreduce is done when the last rank has its result: per iteration, the slowest rank.
+    gloo::AllreduceOptions opts(env.context);
+    opts.setOutput(lat.data(), lat.size());
+    opts.setReduceFunction(RawFunc(&gloo::max<double>));
+    opts.setTag(9);
+    gloo::allreduce(opts);
+    int ok = verified ? 1 : 0;
+    gloo::AllreduceOptions vopts(env.context);
+    vopts.setOutput(&ok, 1);
+    vopts.setReduceFunction(RawFunc(&gloo::min<int>));
+    vopts.setTag(10);
+    gloo::allreduce(vopts);
+    if (!ok) status = 3;
+    if (env.rank != 0) continue;
+    const double p50 = Percentile(lat, 0.50), p99 = Percentile(lat, 0.99);
+    const double busbw =
+        2.0 * (env.size - 1) / env.size * static_cast<double>(count * 4) / (p50 * 1e-6) / 1e9;
+    FILE* f = std::fopen(results.c_str(), "a");
+    if (f == nullptr) return 1;
+    std::fprintf(f, "%zu %s %.3f %.3f %.6f %d\n", bytes, algo.c_str(), p50, p99, busbw, ok);
+    std::fclose(f);
+  }
+  return status;
+}
+
+std::vector<Row> ReadRows(const std::string& path) {
+  std::vector<Row> rows;
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return rows;
+  char algo[64];
+  Row r;
+  int ok = 0;
+  while (std::fscanf(f, "%zu %63s %lf %lf %lf %d", &r.bytes, algo, &r.p50, &r.p99, &r.busbw, &ok) == 6) {
+    r.algo = algo;
+    r.ok = ok != 0;
+    rows.push_back(r);
+  }
+  std::fclose(f);
+  return rows;
+}
+
+// Prints the comparison; returns false if any result was wrong or missing.
+bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
+  std::printf("\noptireduce allreduce comparison: %d ranks (local processes), transport %s, float32 sum\n",
+              cfg.ranks, cfg.transport.c_str());
+  std::printf("ratio = p50 time / Gloo ring_chunked's p50 time in this run (below 1 is faster)\n\n");
+  std::printf("%-9s %-19s %11s %11s %10s %7s %s\n", "size", "algorithm", "p50 (us)", "p99 (us)",
+              "busbw GB/s", "ratio", "check");
+  FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
+  if (csv) {
+    std::fprintf(csv, "transport,ranks,bytes,algorithm,p50_us,p99_us,busbw_gbps,ratio_vs_ring_chunked,verified\n");
+  }
+  bool all_ok = true;
+  for (size_t bytes : cfg.sizes) {
+    double ring_p50 = 0;
+    for (const Row& r : rows) {
+      if (r.bytes == bytes && r.algo == "ring_chunked") ring_p50 = r.p50;
+    }
+    for (const std::string& algo : cfg.algos) {
+      const Row* row = nullptr;
+      for (const Row& r : rows) {
+        if (r.bytes == bytes && r.algo == algo) row = &r;
+      }
+      if (row == nullptr) {
+        std::printf("%-9s %-19s %11s %11s %10s %7s %s\n", HumanSize(bytes).c_str(), algo.c_str(),
+                    "-", "-", "-", "-", "FAILED");
+        all_ok = false;
+        continue;
+      }
+      char ratio[16] = "-";
+      if (ring_p50 > 0) std::snprintf(ratio, sizeof(ratio), "%.2f", row->p50 / ring_p50);
+      std::printf("%-9s %-19s %11.1f %11.1f %10.3f %7s %s\n", HumanSize(bytes).c_str(),
+                  algo.c_str(), row->p50, row->p99, row->busbw, ratio, row->ok ? "exact" : "WRONG");
+      all_ok = all_ok && row->ok;
+      if (csv) {
+        std::fprintf(csv, "%s,%d,%zu,%s,%.1f,%.1f,%.4f,%s,%d\n", cfg.transport.c_str(), cfg.ranks,
+                     bytes, algo.c_str(), row->p50, row->p99, row->busbw, ratio, row->ok);
+      }
+    }
+  }
+  if (csv) std::fclose(csv);
+  return all_ok;
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace optireduce
+
+int main(int argc, char** argv) {
+  using namespace optireduce::bench;
+  Config cfg;
+  for (int i = 1; i < argc; i++) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) return "";
+      return argv[++i];
+    };
+    if (arg == "--ranks") {
+      if (!absl::SimpleAtoi(value(), &cfg.ranks) || cfg.ranks < 2 || cfg.ranks > 16)
+        return Usage("--ranks takes a number from 2 to 16");
+    } else if (arg == "--transport") {
+      cfg.transport = value();
+      if (cfg.transport != "tcp") return Usage("--transport: allowed: tcp");
+    } else if (arg == "--sizes") {
+      cfg.sizes.clear();
+      for (absl::string_view s : absl::StrSplit(value(), ',')) {
+        size_t b = 0;
+        if (!ParseSize(std::string(s), &b) || b < 4)
+          return Usage(("--sizes: bad size '" + std::string(s) + "'").c_str());
+        cfg.sizes.push_back(b);
+      }
+    } else if (arg == "--iters") {
+      if (!absl::SimpleAtoi(value(), &cfg.iters) || cfg.iters < 1)
+        return Usage("--iters takes a positive number");
+    } else if (arg == "--algos") {
+      cfg.algos.clear();
+      for (absl::string_view s : absl::StrSplit(value(), ',')) {
+        if (std::find(kAllAlgos.begin(), kAllAlgos.end(), std::string(s)) == kAllAlgos.end())
+          return Usage(("--algos: unknown algorithm '" + std::string(s) + "'").c_str());
+        cfg.algos.emplace_back(s);
+      }
+    } else if (arg == "--csv") {
+      cfg.csv = value();
+      if (cfg.csv.empty()) return Usage("--csv needs a file name");
+    } else {
+      return Usage(("unknown argument '" + arg + "'").c_str());
+    }
+  }
+  // Each algorithm runs in its own set of processes with fresh connections: in this Gloo
+  // snapshot, running an old-style (Buffer) algorithm on a TCP context slows every later
+  // UnboundBuffer operation on it by ~40 ms, which would skew the comparison.
+  char tmpl[] = "/tmp/optireduce-demo-XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return 1;
+  const std::string results = std::string(tmpl) + "/rows";
+  int rc = 0;
+  for (const std::string& algo : cfg.algos) {
+    std::fprintf(stderr, "running %s on %d ranks...\n", algo.c_str(), cfg.ranks);
+    const int status = RunLocalRanks(cfg.ranks, cfg.transport, 600, [&](const RankEnv& env) {
+      return optireduce::bench::RankMain(env, cfg, algo, results);
+    });
+    if (status != 0) {
+      std::fprintf(stderr, "optireduce-demo: %s failed (status %d)\n", algo.c_str(), status);
+      rc = 1;
+    }
+  }
+  if (!PrintTable(cfg, ReadRows(results))) rc = 1;
+  std::remove(results.c_str());
+  rmdir(tmpl);
+  return rc;
+}
