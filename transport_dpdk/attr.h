@@ -29,6 +29,12 @@ struct EngineOptions {
   std::chrono::microseconds spin{100};
   std::chrono::microseconds max_sleep{1000};
   bool busy_poll = false;  // never sleep (dedicated cores only)
+  // Bounded service (OptiReduce mode): payload bytes per unreliable packet
+  // (a lost packet loses this much; rounded down to a multiple of 64 and
+  // capped by the backend's datagram size) and the pacing rate of a device's
+  // unreliable sends, which carry no acknowledgements to clock them.
+  size_t bounded_payload = 8192;
+  double bounded_rate_gbps = 8.0;
   // Retransmission timeout bounds.
   std::chrono::microseconds min_rto{4000};
   std::chrono::microseconds initial_rto{20000};

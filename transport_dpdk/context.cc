@@ -28,12 +28,14 @@ Context::Context(std::shared_ptr<Device> device, int rank, int size)
   const uint64_t configured = device_->options().session_token;
   local_token_ = configured ? configured : RandomToken();
   id_ = engine_->RegisterContext(rank, size, local_token_);
+  bounded_ = std::make_unique<BoundedEndpoint>(engine_, id_);
   pairs_.resize(size);
 }
 
 Context::~Context() {
   // Pairs refer to this context and its engine: destroy them first.
   pairs_.clear();
+  bounded_.reset();  // unhooks from the engine before the context goes
   engine_->UnregisterContext(id_);
 }
 

@@ -92,6 +92,17 @@ struct RecvBufferReg {
   std::deque<std::shared_ptr<InMsg>> order;  // bound messages, in order
 };
 
+// Unreliable bytes of one bounded operation still to send to a peer: the
+// whole source at first, or the ranges a repair request asked for.
+struct BoundedJob {
+  uint64_t op = 0;
+  uint64_t total = 0;
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
+  size_t range = 0;    // current range
+  uint64_t next = 0;   // next offset within it
+  uint64_t last_from = UINT64_MAX;  // packets at or after this carry kFlagLast
+};
+
 struct Peer {
   int rank = -1;
   bool connected = false;
@@ -107,6 +118,7 @@ struct Peer {
   std::deque<uint64_t> fast_queue;
   std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
   std::deque<std::shared_ptr<OutMsg>> data_queue;
+  std::deque<BoundedJob> bounded_queue;
   std::unordered_map<uint64_t, std::shared_ptr<OutMsg>> out_msgs;
   uint64_t next_msg_id = 0;
   int64_t eager_credit = 0;
@@ -141,6 +153,7 @@ struct Ctx {
   // retransmits, and must get its ack, or its final waitSend would time out.
   bool closing = false;
   Clock::time_point closing_since, last_rx;
+  BoundedHooks bounded;
 };
 
 std::string RanksToString(const std::vector<int>& r) {
@@ -153,6 +166,8 @@ struct Engine::Impl {
   Impl(std::unique_ptr<PacketIo> io_in, const EngineOptions& o, size_t rxbuf)
       : io(std::move(io_in)), opts(o), rx_buffer_bytes(rxbuf) {
     max_payload = io->MaxDatagram() - kHeaderBytes;
+    bounded_payload = static_cast<uint32_t>(
+        std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
   }
 
   std::unique_ptr<PacketIo> io;
@@ -178,6 +193,10 @@ struct Engine::Impl {
   size_t tx_n = 0;
   bool tx_blocked = false;
   RxDatagram rx[kBurst];
+  // Bounded service pacing: a token bucket of bytes (no acks clock it).
+  uint32_t bounded_payload = 0;
+  double bounded_tokens = 0;
+  Clock::time_point bounded_refill{};
 
   // ---- progress thread ----
   void Run();
@@ -190,6 +209,10 @@ struct Engine::Impl {
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
+  void PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
+                   Clock::time_point* deadline);
+  void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
+                     const uint8_t* payload);
   void ReapClosing(Clock::time_point now);
   // Sends what is ready for peer p right away from the calling (user)
   // thread, saving the hand-off to the progress thread. Lock held.
@@ -429,8 +452,101 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
     SendNew(c, p, h, m);
     --budget;
   }
+  // 4b. Unreliable bounded data, paced.
+  if (!p.bounded_queue.empty()) PumpBounded(c, p, now, deadline);
   // 5. Acknowledge what arrived since the last ack.
   if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
+}
+
+void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
+                               Clock::time_point* deadline) {
+  // Refill the device's bucket; allow a burst of a few packets per peer.
+  const double rate = opts.bounded_rate_gbps * 1e9 / 8;  // bytes per second
+  const double burst = std::max(256.0 * 1024, 4.0 * bounded_payload);
+  if (rate > 0) {
+    const double dt = std::chrono::duration<double>(now - bounded_refill).count();
+    bounded_tokens = std::min(burst, bounded_tokens + dt * rate);
+    bounded_refill = now;
+  }
+  int budget = kPeerBudget;
+  while (budget > 0 && !tx_blocked && !p.bounded_queue.empty()) {
+    if (rate > 0 && bounded_tokens <= 0) {
+      const auto wait = std::chrono::duration<double>(-bounded_tokens / rate + 1e-5);
+      const auto due = now + std::chrono::duration_cast<Clock::duration>(wait);
+      if (due < *deadline) *deadline = due;
+      return;
+    }
+    BoundedJob& j = p.bounded_queue.front();
+    bool emptied = false;
+    const bool alive = c.bounded.read_source &&
+        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t size) {
+          // The source is valid only inside this call: emit and flush here.
+          while (budget > 0 && (rate <= 0 || bounded_tokens > 0) &&
+                 j.range < j.ranges.size()) {
+            auto& r = j.ranges[j.range];
+            const uint64_t end = std::min<uint64_t>(r.second, size);
+            if (j.next < r.first) j.next = r.first;
+            if (j.next >= end) {
+              ++j.range;
+              continue;
+            }
+            const uint64_t len = std::min<uint64_t>(bounded_payload, end - j.next);
+            WireHeader h;
+            FillHeader(c, p, &h);
+            h.type = static_cast<uint8_t>(PacketType::kData);
+            h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0);
+            h.message_id = j.op;
+            h.offset = j.next;
+            h.total_length = size;
+            h.payload_length = static_cast<uint32_t>(len);
+            Emit(p, h, src + j.next, static_cast<uint32_t>(len));
+            Bump(stats.bounded_tx_packets);
+            j.next += len;
+            bounded_tokens -= static_cast<double>(len + kHeaderBytes);
+            --budget;
+          }
+          Flush();
+          emptied = j.range >= j.ranges.size();
+        });
+    if (!alive || emptied) {
+      p.bounded_queue.pop_front();
+    } else {
+      break;  // out of budget or tokens: continue next iteration
+    }
+  }
+  if (!p.bounded_queue.empty() && now + opts.spin < *deadline) *deadline = now;
+}
+
+void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
+                                 const uint8_t* payload) {
+  switch (static_cast<PacketType>(h.type)) {
+    case PacketType::kData:
+      Bump(stats.bounded_rx_packets);
+      if (!c.bounded.on_data) {
+        Bump(stats.unsupported);
+        return;
+      }
+      c.bounded.on_data(p.rank, h.message_id, h.offset, payload,
+                        h.payload_length, (h.flags & kFlagLast) != 0);
+      return;
+    case PacketType::kRepair: {
+      Bump(stats.repair_requests_received);
+      BoundedJob j;
+      j.op = h.message_id;
+      const size_t n = std::min<size_t>(h.payload_length / 16, 4096);
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t b, e;
+        std::memcpy(&b, payload + 16 * i, 8);
+        std::memcpy(&e, payload + 16 * i + 8, 8);
+        if (b < e) j.ranges.emplace_back(b, e);
+      }
+      if (!j.ranges.empty()) p.bounded_queue.push_back(std::move(j));
+      return;
+    }
+    default:
+      Bump(stats.unsupported);
+      return;
+  }
 }
 
 void Engine::Impl::ReapClosing(Clock::time_point now) {
@@ -476,10 +592,6 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     Bump(stats.malformed[static_cast<int>(err)]);
     return;
   }
-  if (h.flags & kFlagUnreliable) {
-    Bump(stats.unsupported);
-    return;
-  }
   Ctx* c = FindCtx(h.dst_context);
   if (!c) {
     Bump(stats.bad_context);
@@ -499,6 +611,10 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   }
   Peer& p = c->peers[h.src_rank];
   const uint8_t* payload = data + kHeaderBytes;
+  if (h.flags & kFlagUnreliable) {
+    if (!c->closing) HandleBounded(*c, p, h, payload);
+    return;
+  }
   if (static_cast<PacketType>(h.type) == PacketType::kAck) {
     HandleAck(*c, p, h, payload);
     return;
@@ -613,6 +729,7 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
     case PacketType::kNop:
       return true;
     case PacketType::kAck:
+    case PacketType::kRepair:  // bounded only, handled before sequencing
       break;
   }
   return false;
@@ -1170,6 +1287,73 @@ void Engine::Cancel(const OpSink* sink) {
     }
   }
 }
+
+void Engine::SetBoundedHooks(uint32_t ctx, BoundedHooks hooks) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return;
+  c->bounded = std::move(hooks);
+  if (!c->bounded.read_source) {
+    for (Peer& p : c->peers) p.bounded_queue.clear();
+  }
+}
+
+absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
+    return absl::InvalidArgumentError(absl::StrCat("bounded send to rank ", dst,
+                                                   " which is not a connected peer"));
+  }
+  Peer& p = c->peers[dst];
+  BoundedJob j;
+  j.op = op;
+  j.total = total;
+  j.ranges.emplace_back(0, total);
+  // The last 1% of the packets (at least one) carry kFlagLast.
+  const uint64_t packets = (total + impl_->bounded_payload - 1) / impl_->bounded_payload;
+  const uint64_t flagged = std::max<uint64_t>(1, packets / 100);
+  j.last_from = packets > flagged ? (packets - flagged) * impl_->bounded_payload : 0;
+  p.bounded_queue.push_back(std::move(j));
+  impl_->Kick(*c, p);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RequestRepair(
+    uint32_t ctx, int dst, uint64_t op,
+    const std::vector<std::pair<uint64_t, uint64_t>>& missing) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
+    return absl::InvalidArgumentError(absl::StrCat("repair request to rank ", dst,
+                                                   " which is not a connected peer"));
+  }
+  Peer& p = c->peers[dst];
+  const size_t per_packet = std::max<size_t>(1, impl_->max_payload / 16);
+  for (size_t i = 0; i < missing.size(); i += per_packet) {
+    const size_t n = std::min(per_packet, missing.size() - i);
+    std::vector<uint8_t> body(16 * n);
+    for (size_t k = 0; k < n; ++k) {
+      std::memcpy(&body[16 * k], &missing[i + k].first, 8);
+      std::memcpy(&body[16 * k + 8], &missing[i + k].second, 8);
+    }
+    WireHeader h;
+    impl_->FillHeader(*c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kRepair);
+    h.flags = kFlagUnreliable;
+    h.message_id = op;
+    h.payload_length = static_cast<uint32_t>(body.size());
+    impl_->Emit(p, h, body.data(), h.payload_length);
+    impl_->Flush();  // body lives on this stack frame
+    Bump(impl_->stats.repair_requests_sent);
+  }
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+uint32_t Engine::BoundedPayload() const { return impl_->bounded_payload; }
 
 Stats Engine::GetStats() const { return impl_->stats.Snapshot(); }
 

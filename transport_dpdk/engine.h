@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,10 +31,20 @@ enum class MsgKind : uint8_t {
   kBuffer,   // written into the peer's registered old-style recv Buffer
 };
 
-// How a message is delivered. Only kReliable exists today; the bounded
-// service (no retransmission, deadline, arrived-range report) will add a
-// mode here and set kFlagUnreliable on its packets.
-enum class Reliability : uint8_t { kReliable };
+// The bounded service's hooks into a context (see bounded/bounded_endpoint.h).
+// Both run on the progress thread with the engine lock held: they must not
+// call back into the engine.
+struct BoundedHooks {
+  // One payload of bounded operation `op` from `src`.
+  std::function<void(int src, uint64_t op, uint64_t offset, const uint8_t* data,
+                     size_t len, bool last)>
+      on_data;
+  // Calls fn(bytes, size) with the source of `op` sent to `peer` while it is
+  // valid; returns false once it is gone.
+  std::function<bool(uint64_t op, int peer,
+                     const std::function<void(const char*, size_t)>& fn)>
+      read_source;
+};
 
 class Engine {
  public:
@@ -77,6 +88,15 @@ class Engine {
   // Forgets every operation that refers to sink (its memory is going away):
   // nothing is written to that memory afterwards.
   void Cancel(const OpSink* sink);
+
+  // Bounded service (OptiReduce mode): unreliable, paced sends without
+  // acknowledgements; the receiver asks for missing ranges with RequestRepair.
+  void SetBoundedHooks(uint32_t ctx, BoundedHooks hooks);
+  // Queues the whole source of `op` for `dst` (read through read_source).
+  absl::Status SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total);
+  absl::Status RequestRepair(uint32_t ctx, int dst, uint64_t op,
+                             const std::vector<std::pair<uint64_t, uint64_t>>& missing);
+  uint32_t BoundedPayload() const;
 
   Stats GetStats() const;
   // Per-peer protocol state of one context, for diagnostics (timeouts).

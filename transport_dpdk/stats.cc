@@ -20,7 +20,9 @@ std::string Stats::ToString() const {
       acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
-      out_of_window, " unsupported ", unsupported);
+      out_of_window, " unsupported ", unsupported, "; bounded tx ",
+      bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
+      repair_requests_sent, "/", repair_requests_received);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -59,6 +61,10 @@ Stats AtomicStats::Snapshot() const {
   s.unknown_message = r(unknown_message);
   s.out_of_window = r(out_of_window);
   s.unsupported = r(unsupported);
+  s.bounded_tx_packets = r(bounded_tx_packets);
+  s.bounded_rx_packets = r(bounded_rx_packets);
+  s.repair_requests_sent = r(repair_requests_sent);
+  s.repair_requests_received = r(repair_requests_received);
   return s;
 }
 

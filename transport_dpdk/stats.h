@@ -27,7 +27,10 @@ struct Stats {
   uint64_t bad_offset = 0;        // data outside the message or the target
   uint64_t unknown_message = 0;   // message id/slot/kind that does not match
   uint64_t out_of_window = 0;     // seq beyond the receive window
-  uint64_t unsupported = 0;       // e.g. unreliable (bounded) packets
+  uint64_t unsupported = 0;       // packets of a kind this context cannot take
+  // Bounded service (OptiReduce mode).
+  uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
+  uint64_t repair_requests_sent = 0, repair_requests_received = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -44,6 +47,8 @@ struct AtomicStats {
   std::atomic<uint64_t> bad_token{0}, bad_context{0}, bad_rank{0};
   std::atomic<uint64_t> bad_offset{0}, unknown_message{0}, out_of_window{0};
   std::atomic<uint64_t> unsupported{0};
+  std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
+  std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
   Stats Snapshot() const;
 };
 

@@ -107,7 +107,7 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h) {
   if (h->magic != kMagic) return ParseError::kBadMagic;
   if (h->version != kVersion) return ParseError::kBadVersion;
   if (h->type < static_cast<uint8_t>(PacketType::kData) ||
-      h->type > static_cast<uint8_t>(PacketType::kNop)) {
+      h->type > static_cast<uint8_t>(PacketType::kRepair)) {
     return ParseError::kBadType;
   }
   if ((h->flags & ~uint16_t(kKnownFlags)) != 0) return ParseError::kBadFlags;
@@ -131,6 +131,11 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h) {
       break;
     case PacketType::kAck:
       if (h->payload_length > kMaxSackBytes) return ParseError::kBadBounds;
+      break;
+    case PacketType::kRepair:
+      if (!(h->flags & kFlagUnreliable) || h->payload_length % 16 != 0) {
+        return ParseError::kBadBounds;
+      }
       break;
     default:
       if (h->payload_length != 0) return ParseError::kBadBounds;

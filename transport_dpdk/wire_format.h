@@ -25,6 +25,8 @@
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
 //                           CREDIT: eager bytes returned
 //   88   4  checksum        CRC32C
+// Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
+// message_id = bounded operation id, offset/total_length as DATA.
 //   92   4  reserved        must be zero
 #pragma once
 
@@ -48,16 +50,21 @@ enum class PacketType : uint8_t {
   kAck = 4,     // unsequenced; cumulative + selective ack
   kCredit = 5,  // eager buffer space returned (aux bytes)
   kNop = 6,     // fills a sequence number whose packet was cancelled
+  // Bounded service (always with kFlagUnreliable): "send the byte ranges of
+  // bounded operation message_id listed in the payload again" — payload is
+  // pairs of little-endian u64 [begin, end).
+  kRepair = 7,
 };
 
 enum PacketFlags : uint16_t {
   kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)
   kFlagBufferKind = 1u << 1,  // targets an old-style Buffer (aux = offset)
-  // Seam for the bounded service: the sender will not retransmit this packet
-  // and the receiver must not expect it. Not implemented yet; the engine
-  // rejects (drops and counts) packets carrying it.
+  // Bounded service: the sender will not retransmit this packet and the
+  // receiver acks nothing; message_id is the bounded operation id, seq is 0.
   kFlagUnreliable = 1u << 2,
-  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable,
+  // Bounded DATA among the last packets of its operation (early timeout).
+  kFlagLast = 1u << 3,
+  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast,
 };
 
 struct WireHeader {

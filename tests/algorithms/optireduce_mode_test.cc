@@ -1,0 +1,193 @@
+// OptiReduce mode end to end over optireduce's own transport: the bounded service of the
+// udp device (real processes) and the loop device (ranks as threads), with the transport's
+// seeded fault injection. Complements bounded_transpose_test (algorithm over an in-memory
+// channel).
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gtest/gtest.h>
+
+#include "algorithms/allreduce.h"
+#include "tests/common/ranks.h"
+#include "transport_dpdk/device.h"
+
+namespace optireduce {
+namespace {
+
+using RawFunc = void (*)(void*, const void*, const void*, size_t);
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kCount = 1 << 20;  // 4 MiB of float32
+constexpr double kNoise = 0.1;
+
+// Rank r's gradient: a common signal plus a small deviation; sum over ranks is exact to
+// compute anywhere (each process recomputes the others' inputs from their seeds).
+void Gradient(int rank, uint64_t step, std::vector<float>* x) {
+  std::mt19937_64 common(1000 + step), own(7 * rank + 31 * step + 1);
+  std::normal_distribution<float> g(0, 1);
+  x->resize(kCount);
+  for (size_t i = 0; i < kCount; i++) (*x)[i] = g(common);
+  for (size_t i = 0; i < kCount; i++) (*x)[i] += static_cast<float>(kNoise) * g(own);
+}
+
+std::vector<double> ExactSum(int ranks, uint64_t step) {
+  std::vector<double> sum(kCount, 0);
+  std::vector<float> x;
+  for (int r = 0; r < ranks; r++) {
+    Gradient(r, step, &x);
+    for (size_t i = 0; i < kCount; i++) sum[i] += x[i];
+  }
+  return sum;
+}
+
+double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    num += (got[i] - want[i]) * (got[i] - want[i]);
+    den += want[i] * want[i];
+  }
+  return std::sqrt(num / den);
+}
+
+std::shared_ptr<TimeoutPolicy> Policy(std::chrono::milliseconds min_bound) {
+  TimeoutOptions o;
+  o.calibration_ops = 3;
+  o.min_bound = min_bound;
+  o.hard_cap = std::chrono::seconds(5);
+  return std::make_shared<TimeoutPolicy>(o);
+}
+
+std::string DeviceStats(const std::shared_ptr<gloo::Context>& ctx) {
+  auto* device = dynamic_cast<transport::Device*>(ctx->getDevice().get());
+  return device ? device->stats().ToString() : "not our device";
+}
+
+struct Result {
+  std::vector<float> data;
+  OpStats stats;
+  double seconds = 0;
+};
+
+Result Reduce(const std::shared_ptr<gloo::Context>& ctx, const std::shared_ptr<TimeoutPolicy>& p,
+           uint64_t step, double max_loss) {
+  Result r;
+  Gradient(ctx->rank, step, &r.data);
+  AllreduceOptions opts(ctx);
+  opts.setOutput(r.data.data(), r.data.size());
+  opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+  opts.setMode(AllreduceOptions::Mode::kBounded);
+  opts.setHadamard(AllreduceOptions::Hadamard::kAuto);
+  opts.setTimeoutPolicy(p);
+  opts.setMaxLoss(max_loss);
+  opts.setStatsOutput(&r.stats);
+  const auto start = Clock::now();
+  allreduce(opts);
+  r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return r;
+}
+
+testing::DeviceFactory Udp(const std::string& faults) {
+  return [faults](int) {
+    transport::udp::attr attr;
+    attr.engine.faults = faults;
+    return transport::udp::CreateDevice(attr);
+  };
+}
+
+// Runs `steps` operations per rank in real processes; returns RunProcesses' verdict.
+std::string RunUdp(int ranks, const std::string& faults, double max_loss, double want_loss,
+                   double max_rel_l2, std::chrono::milliseconds min_bound) {
+  testing::RankOptions options;
+  options.device = Udp(faults);
+  return testing::RunProcesses(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = Policy(min_bound);
+    double loss = 0;
+    int bounded = 0;
+    for (uint64_t step = 0; step < 7; step++) {
+      const auto want = ExactSum(ctx->size, step);
+      Result r = Reduce(ctx, policy, step, max_loss);
+      if (step < 3) {
+        ASSERT_EQ(r.stats.mode, "calibration");
+        ASSERT_LT(RelL2(r.data, want), 1e-5);
+        continue;
+      }
+      ASSERT_EQ(r.stats.mode, "bounded") << r.stats.ToJson();
+      bounded++;
+      loss += r.stats.loss_pct / 100;
+      EXPECT_LT(r.seconds, 2 * r.stats.bound_ms / 1000 + 1.0) << r.stats.ToJson();
+      EXPECT_LT(RelL2(r.data, want), max_rel_l2) << r.stats.ToJson() << " device: " << DeviceStats(ctx);
+      for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+    }
+    const double mean = loss / bounded;
+    EXPECT_NEAR(mean, want_loss, want_loss * 0.6 + 0.005) << "rank " << ctx->rank;
+  }, options);
+}
+
+TEST(OptiReduceModeUdp, NoFaultsIsExactInBoundedTime) {
+  EXPECT_EQ(RunUdp(4, "", 0.05, 0.0, 1e-3, std::chrono::milliseconds(300)), "");
+}
+
+TEST(OptiReduceModeUdp, OnePercentDropIsMeasuredAndSmall) {
+  // Transport-level drops hit bounded packets with probability 1%; with debiasing and
+  // the Hadamard transform the error stays near sqrt(p) * noise (see bounded_transpose_test).
+  // A generous bound so that phases end by early timeout (all last packets in, then
+  // quiet): the measured loss is then the injected one, even on a loaded machine.
+  EXPECT_EQ(RunUdp(4, "drop=0.01,seed=11", 1.0, 0.01, 0.05, std::chrono::seconds(2)), "");
+}
+
+TEST(OptiReduceModeUdp, AboveLossLimitRepairsToExact) {
+  testing::RankOptions options;
+  options.device = Udp("drop=0.05,seed=5");
+  EXPECT_EQ(testing::RunProcesses(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = Policy(std::chrono::seconds(2));
+    for (uint64_t step = 0; step < 5; step++) {
+      const auto want = ExactSum(ctx->size, step);
+      Result r = Reduce(ctx, policy, step, /*max_loss=*/0.001);
+      if (r.stats.mode != "bounded") continue;
+      EXPECT_TRUE(r.stats.phase[0].repaired || r.stats.phase[1].repaired) << r.stats.ToJson();
+      EXPECT_FALSE(r.stats.damaged) << r.stats.ToJson();
+      EXPECT_LT(RelL2(r.data, want), 1e-5) << r.stats.ToJson();
+    }
+    // Repairs are served by live peers: nobody leaves while another may still ask.
+    gloo::BarrierOptions b(ctx);
+    b.setTag(6);
+    gloo::barrier(b);
+  }, options), "");
+}
+
+TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersNorCorruptNextOperation) {
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  const int ranks = 4;
+  std::vector<std::vector<double>> want;
+  for (uint64_t step = 0; step < 6; step++) want.push_back(ExactSum(ranks, step));
+  testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = Policy(std::chrono::milliseconds(200));
+    for (uint64_t step = 0; step < 4; step++) Reduce(ctx, policy, step, 0.05);
+    gloo::BarrierOptions b(ctx);
+    b.setTag(5);
+    gloo::barrier(b);
+    const auto bound = policy->BoundFor(kCount * 4);
+    const bool straggler = ctx->rank == 1;
+    if (straggler) std::this_thread::sleep_for(5 * bound.bound);
+    Result r = Reduce(ctx, policy, 4, 0.05);
+    for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+    if (!straggler) {
+      const double limit = (bound.bound + bound.repair_budget).count() / 1e6 + 2.0;
+      EXPECT_LT(r.seconds, limit);
+      EXPECT_TRUE(r.stats.damaged) << r.stats.ToJson();
+      EXPECT_LT(RelL2(r.data, want[4]), 0.3);
+    }
+    gloo::barrier(b);
+    Result next = Reduce(ctx, policy, 5, 0.05);
+    EXPECT_LT(RelL2(next.data, want[5]), 1e-5) << next.stats.ToJson();
+  }, options);
+}
+
+}  // namespace
+}  // namespace optireduce

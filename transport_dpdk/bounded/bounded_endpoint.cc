@@ -1,0 +1,52 @@
+#include "transport_dpdk/bounded/bounded_endpoint.h"
+
+#include <gloo/common/error.h>
+
+namespace optireduce {
+namespace transport {
+
+BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
+    : engine_(std::move(engine)), ctx_(ctx) {
+  BoundedHooks hooks;
+  hooks.on_data = [this](int src, uint64_t op, uint64_t offset, const uint8_t* data,
+                         size_t len, bool last) {
+    receiver_.OnData(op, src, offset, data, len, last);
+  };
+  hooks.read_source = [this](uint64_t op, int peer,
+                             const std::function<void(const char*, size_t)>& fn) {
+    return sources_.With(op, peer, fn);
+  };
+  engine_->SetBoundedHooks(ctx_, std::move(hooks));
+}
+
+BoundedEndpoint::~BoundedEndpoint() {
+  // After this returns the engine calls neither hook (it takes the engine lock).
+  engine_->SetBoundedHooks(ctx_, BoundedHooks());
+}
+
+std::unique_ptr<BoundedReceive> BoundedEndpoint::PostReceive(
+    uint64_t op, std::vector<BoundedRegion> regions) {
+  return receiver_.Post(op, std::move(regions),
+                        [this](int peer, uint64_t op, const std::vector<ByteRange>& missing) {
+                          std::vector<std::pair<uint64_t, uint64_t>> ranges;
+                          ranges.reserve(missing.size());
+                          for (const ByteRange& r : missing) ranges.emplace_back(r.begin, r.end);
+                          // A failed request is like a lost one: the wait runs out.
+                          (void)engine_->RequestRepair(ctx_, peer, op, ranges);
+                        });
+}
+
+void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes) {
+  sources_.Register(op, peer, src, nbytes);
+  const absl::Status status = engine_->SendBounded(ctx_, peer, op, nbytes);
+  if (!status.ok()) {
+    GLOO_THROW_IO_EXCEPTION("optireduce bounded send: ", status.ToString());
+  }
+}
+
+void BoundedEndpoint::Detach(uint64_t op) { sources_.Detach(op); }
+
+size_t BoundedEndpoint::PacketPayload() const { return engine_->BoundedPayload(); }
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,41 @@
+// The bounded service of one Gloo context on our transport: implements the
+// optireduce::BoundedChannel that OptiReduce mode uses, on the engine's packet path.
+//   receive side: engine -> on_data hook -> BoundedReceiver (regions, staging, waits)
+//   send side:    Send -> BoundedSources (valid memory) + Engine::SendBounded (paced)
+//   repairs:      BoundedReceive::Repair -> Engine::RequestRepair -> the peer's engine
+//                 re-sends the ranges from its BoundedSources
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "algorithms/bounded_channel.h"
+#include "transport_dpdk/bounded/bounded_receiver.h"
+#include "transport_dpdk/engine.h"
+
+namespace optireduce {
+namespace transport {
+
+class BoundedEndpoint : public BoundedChannel {
+ public:
+  BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx);
+  ~BoundedEndpoint() override;
+
+  std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
+                                              std::vector<BoundedRegion> regions) override;
+  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override;
+  void Detach(uint64_t op) override;
+  size_t PacketPayload() const override;
+
+  BoundedReceiverCounters counters() const { return receiver_.counters(); }
+
+ private:
+  std::shared_ptr<Engine> engine_;
+  const uint32_t ctx_;
+  BoundedReceiver receiver_;
+  BoundedSources sources_;
+};
+
+}  // namespace transport
+}  // namespace optireduce
