@@ -10,8 +10,10 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "bench/harness/straggler.h"
+#include "bench/local_ranks.h"
 
 namespace optireduce {
 namespace bench {
@@ -161,6 +163,9 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
       {"--transport", Spec{true, [&](const std::string& f, const std::string& v) {
                              if (v != "tcp" && v != "udp" && v != "dpdk")
                                return Bad(f, v, "tcp, udp, dpdk");
+                             const std::string built = AvailableTransports();
+                             if (!absl::StrContains(absl::StrCat(built, ","), v + ","))
+                               return Bad(f, v, absl::StrCat(built, " in this build"));
                              o.transport = v;
                              return absl::OkStatus();
                            }}},

@@ -202,8 +202,8 @@ class RankRunner {
         try {
           std::mt19937_64 rng(o_.seed * 1000003 + o_.rank * 1009 + t + draws_++);
           Batch& b = per_thread[t];
-          b.nanos.reserve(iters);
-          b.stats.reserve(iters);
+          b.nanos.reserve(std::min(iters, 1L << 20));
+          b.stats.reserve(std::min(iters, 1L << 20));
           for (long i = 0; i < iters; i++) {
             benches[t]->Refill();
             if (straggler_ && o_.rank == straggler_rank_) {
