@@ -74,7 +74,9 @@ def start_background(lab, args):
         for r in range(lab.ranks):
             cmd = bench_cmd(args, lab, r, args.bg_algo,
                             ["--no-verify", "--warmup-iters", "0", "--iteration-count",
-                             "1000000000", "--elements", str(args.bg_elements)],
+                             "1000000000", "--elements", str(args.bg_elements)] +
+                            (["--straggler-ms-dist", args.bg_gap_ms_dist, "--seed", str(j + 7)]
+                             if args.bg_gap_ms_dist else []),
                             shared, "bg%d" % j)
             procs.append(lab.spawn(r, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
     if procs:
@@ -280,6 +282,9 @@ def build_parser():
         p.add_argument("--bg", type=int, default=0, help="background allreduce jobs (K)")
         p.add_argument("--bg-algo", default="allreduce_ring")
         p.add_argument("--bg-elements", type=int, default=1000000)
+        p.add_argument("--bg-gap-ms-dist", metavar="DIST",
+                       help="idle gap before each background allreduce, e.g. exp:20 "
+                            "(bursty traffic; same syntax as --straggler-ms-dist)")
         p.add_argument("--bg-settle", type=float, default=1.0,
                        help="seconds to let background jobs start before measuring")
         p.add_argument("--bench-bin", default=DEFAULT_BIN)
