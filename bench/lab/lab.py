@@ -221,11 +221,13 @@ def cmd_experiment(args):
     (all iterations) and summary.csv to --out, then the plots."""
     envs = []
     for e in args.env:
-        name, _, k = e.partition(":")
+        name, _, rest = e.partition(":")
+        k, _, straggler = rest.partition(":")
         try:
-            envs.append((name, int(k)))
+            envs.append((name, int(k), straggler or args.straggler_ms_dist))
         except ValueError:
-            raise SystemExit("error: --env '%s': expected NAME:K, e.g. p15:2" % e)
+            raise SystemExit("error: --env '%s': expected NAME:K[:STRAGGLER_DIST], e.g. p15:2 "
+                             "or slow:0:exp:30" % e)
     algos = args.algos.split(",")
     os.makedirs(args.out, exist_ok=True)
     samples_path = os.path.join(args.out, "samples.csv")
@@ -238,9 +240,10 @@ def cmd_experiment(args):
                      "busbw_gbps", "samples"])
         print("%-8s %3s %-28s %10s %10s %8s %10s" %
               ("env", "K", "algorithm", "p50 (us)", "p99 (us)", "p99/p50", "busbw GB/s"))
-        for env, k in envs:
+        for env, k, straggler in envs:
             for algo in algos:
                 args.bg = k
+                args.straggler_ms_dist = straggler
                 # Each algorithm in a fresh lab and processes (see bench/README.md).
                 with cloudlab.Lab(args.ranks) as lab:
                     apply_knobs(lab, args)
@@ -320,7 +323,9 @@ def build_parser():
             p.add_argument("--csv")
         else:
             p.add_argument("--algos", default="allreduce_ring,allreduce_bcube,allreduce,transpose,optireduce")
-            p.add_argument("--env", action="append", required=True, metavar="NAME:K")
+            p.add_argument("--env", action="append", required=True, metavar="NAME:K[:DIST]",
+                           help="an environment: K background jobs and optionally a "
+                                "straggler delay distribution, e.g. bg2:2 or slow:0:exp:30")
             p.add_argument("--out", required=True)
         p.set_defaults(fn=fn)
 
