@@ -283,6 +283,13 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
     return absl::InvalidArgumentError(
         absl::StrCat("unknown benchmark '", o.benchmark, "' (allowed: ", known, ")"));
   }
+  if (o.sync && (o.benchmark == "allreduce" || o.benchmark == "transpose" ||
+                 o.benchmark == "optireduce")) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--sync: sync mode works only with the old-style algorithms (allreduce_ring, "
+        "allreduce_ring_chunked, allreduce_halving_doubling, allreduce_bcube); Gloo's "
+        "pairs refuse unbound buffers in sync mode, which '", o.benchmark, "' uses"));
+  }
   if (o.busy_poll && !o.sync) {
     return absl::InvalidArgumentError("--busy-poll: can only be used with --sync=true");
   }

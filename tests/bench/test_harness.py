@@ -26,7 +26,8 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--elements", "0", "allreduce"], "--elements"),
     (["--local-ranks", "2", "--iteration-time", "2h", "allreduce"], "--iteration-time"),
     (["--local-ranks", "2", "--sync", "maybe", "allreduce"], "--sync"),
-    (["--local-ranks", "2", "--busy-poll", "true", "allreduce"], "--busy-poll"),
+    (["--local-ranks", "2", "--busy-poll", "true", "allreduce_ring"], "--busy-poll"),
+    (["--local-ranks", "2", "--sync", "true", "transpose"], "--sync"),
     (["--local-ranks", "2", "--threads", "0", "allreduce"], "--threads"),
     (["--local-ranks", "2", "--straggler-ms-dist", "weird:1", "allreduce"], "--straggler-ms-dist"),
     (["--local-ranks", "3", "--base", "2", "allreduce_bcube"], "--base"),
@@ -91,6 +92,13 @@ def test_inputs_threads_and_odd_sizes(bench_bin):
                 "--straggler-ms-dist", "exp:1", algo)
         assert p.returncode == 0, p.stdout + p.stderr
         assert len(parse_rows(p.stdout)) == 1
+
+
+def test_sync_busy_poll_old_style(bench_bin):
+    p = run(bench_bin, "--local-ranks", "2", "--elements", "1000", "--iteration-count", "3",
+            "--sync=true", "--busy-poll=true", "allreduce_ring_chunked")
+    assert p.returncode == 0, p.stderr
+    assert len(parse_rows(p.stdout)) == 1
 
 
 def test_shared_path_rendezvous_like_gloo(bench_bin, tmp_path):
