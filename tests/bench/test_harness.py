@@ -83,6 +83,16 @@ def test_smoke_two_ranks_verified(bench_bin, algo, tmp_path):
     assert len(data) == 1 and data[0]["benchmark"] == algo and data[0]["elements"] == "1000"
 
 
+@pytest.mark.parametrize("algo", ["allreduce_ring_chunked", "allreduce", "transpose", "optireduce"])
+def test_smoke_udp_transport(bench_bin, algo):
+    p = run(bench_bin, "--local-ranks", "2", "--transport", "udp", "--elements", "1000",
+            "--iteration-count", "3", "--warmup-iters", "1", algo)
+    if p.returncode == 2 and "in this build" in p.stderr:
+        pytest.skip("the udp transport is not in this build")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "udp" in p.stdout and len(parse_rows(p.stdout)) == 1
+
+
 def test_inputs_threads_and_odd_sizes(bench_bin):
     # Several inputs and threads (one context each), an element count that does not divide
     # evenly among 3 ranks, stragglers.
