@@ -39,6 +39,8 @@ class AllreduceBench {
   Check Verify(size_t max_errors) const;
 
   size_t bytes() const { return elements_ * sizeof(float); }
+  // Buffer k (for tests that tamper with a result).
+  float* buffer(int k) { return buffers_.at(k).data(); }
 
  private:
   float Pattern(int rank, int input, size_t i) const;
