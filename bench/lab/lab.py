@@ -7,7 +7,7 @@ stragglers. Always tears everything down (also on failure and Ctrl-C).
   lab.py run --ranks 2 -- /bin/sh -c 'echo rank {rank} of {size} at {ip}'
   lab.py calibrate --ranks 4 --bg-list 0,1,2,4,8 --csv calib.csv
   lab.py experiment --ranks 4 --env ideal:0 --env p15:2 --env p3:6 --out results/
-  lab.py cleanup              # remove leftovers of killed labs (namespaces, links)
+  lab.py cleanup              # (or --cleanup) remove leftovers of killed labs by name
 
 See bench/README.md for what each experiment measures.
 """
@@ -336,6 +336,9 @@ def build_parser():
 
 
 def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["--cleanup"]:  # the flag spelling of the cleanup subcommand
+        argv[0] = "cleanup"
     args = build_parser().parse_args(argv)
     if getattr(args, "command", None) and args.command[:1] == ["--"]:
         args.command = args.command[1:]

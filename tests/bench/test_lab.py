@@ -109,7 +109,7 @@ def test_cleanup_mode_removes_leftovers():
     subprocess.run(["ip", "link", "add", "orl%da0" % fake, "type", "veth", "peer", "name",
                     "orl%db0" % fake], check=True)
     try:
-        p = lab("cleanup", "--owner", str(fake))
+        p = lab("--cleanup", "--owner", str(fake))
         assert p.returncode == 0
         assert "orl-%d-0" % fake in p.stdout
         assert not lab_names_of(fake)
