@@ -1,6 +1,7 @@
 // Transpose AllReduce over Gloo's public transport API (UnboundBuffer send/recv).
 #include "algorithms/allreduce.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -15,7 +16,9 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
+#include "algorithms/op_stats.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
 
@@ -36,13 +39,24 @@ struct ImplAccess : gloo::AllreduceOptions {
 };
 
 // Per-(context, tag) operation counters: every rank calls allreduce with a given tag in the
-// same order, so the counters agree and the Hadamard signs change every operation.
-uint64_t NextOperation(const gloo::Context* context, uint32_t tag) {
+// same order, so the counters agree; they seed the Hadamard signs and name bounded
+// operations. A context destroyed and another created at the same address must start
+// from 0 again, so each entry remembers (weakly) which context it counts for.
+uint64_t NextOperation(const std::shared_ptr<gloo::Context>& context, uint32_t tag) {
+  struct Counter {
+    std::weak_ptr<gloo::Context> context;
+    uint64_t next = 0;
+  };
   static std::mutex mu;
   static auto* counters =
-      new absl::flat_hash_map<std::tuple<const gloo::Context*, uint32_t>, uint64_t>();
+      new absl::flat_hash_map<std::tuple<const gloo::Context*, uint32_t>, Counter>();
   std::lock_guard<std::mutex> lock(mu);
-  return (*counters)[std::make_tuple(context, tag)]++;
+  Counter& c = (*counters)[std::make_tuple(context.get(), tag)];
+  if (c.context.lock() != context) {
+    c.context = context;
+    c.next = 0;
+  }
+  return c.next++;
 }
 
 // Scratch memory for one peer's shard per step; grows, never shrinks, one per thread so
@@ -94,6 +108,12 @@ struct Job {
   uint64_t hadamard_seed;
   int hadamard_log2_block;
   size_t max_segment_bytes;
+  bool bounded;  // OptiReduce mode asked for, and the type/op allow it
+  double max_loss;
+  Compensation compensation;
+  TimeoutPolicy* policy;
+  BoundedChannel* channel;  // override; nullptr: the context transport's own
+  OpStats* stats_out;
 };
 
 void Wait(bool ok, const char* what, int peer, uint32_t tag) {
@@ -294,10 +314,39 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
   }
 }
 
+// Exact TAR over the transport's reliable service, after the agreement check.
+void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& deadline,
+                 uint64_t slot1, uint64_t slot2) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const size_t bytes = g.elements * g.elementSize;
+  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
+  const TransposePlan plan(g.elements, ctx.size);
+  const size_t segment_elems = std::max<size_t>(1, job.max_segment_bytes / g.elementSize);
+  const size_t rounds = (plan.MaxShardCount() + segment_elems - 1) / segment_elems;
+  auto send_buf = ctx.createUnboundBuffer(data, bytes);
+  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
+  for (size_t r = 0; r < rounds; r++) {
+    TransposeRound(job, data, *send_buf, *recv_buf, plan, r * segment_elems, segment_elems,
+                   deadline, slot1, slot2);
+  }
+  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
+}
+
+void WarnNoBoundedService() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::fprintf(stderr,
+                 "optireduce: this context's transport has no bounded service (e.g. Gloo TCP); "
+                 "OptiReduce mode runs exact TAR instead. Use the UDP or DPDK device.\n");
+  });
+}
+
 void Run(const Job& job) {
   const Impl& g = job.gloo;
   const size_t bytes = g.elements * g.elementSize;
   char* data = static_cast<char*>(g.out[0]->ptr);
+  const auto start = Clock::now();
 
   // Local reduction of all inputs into the first output.
   if (!g.in.empty() && bytes > 0) {
@@ -307,29 +356,55 @@ void Run(const Job& job) {
 
   gloo::Context& ctx = *g.context;
   if (ctx.size > 1) {
-    const Deadline deadline(g.timeout);
-    const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
-    const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
-    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
-    // Also with 0 elements: a rank with 0 and a rank with more must both hear of it.
-    VerifyPeersAgree(job, slot_meta, deadline);
-    if (g.elements > 0) {
-      uint64_t seed = 0;
-      if (job.hadamard) {
-        seed = hadamard::OperationSeed(job.hadamard_seed, NextOperation(&ctx, g.tag));
-        HadamardTransform(job, data, seed, /*forward=*/true);
-      }
-      const TransposePlan plan(g.elements, ctx.size);
-      const size_t segment_elems = std::max<size_t>(1, job.max_segment_bytes / g.elementSize);
-      const size_t rounds = (plan.MaxShardCount() + segment_elems - 1) / segment_elems;
-      auto send_buf = ctx.createUnboundBuffer(data, bytes);
-      auto recv_buf = ctx.createUnboundBuffer(data, bytes);
-      for (size_t r = 0; r < rounds; r++) {
-        TransposeRound(job, data, *send_buf, *recv_buf, plan, r * segment_elems,
-                       segment_elems, deadline, slot1, slot2);
-      }
+    // Every rank advances the same per-(context, tag) counter once per operation: it seeds
+    // the Hadamard signs and names bounded operations.
+    const uint64_t counter = NextOperation(g.context, g.tag);
+    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, counter);
+    BoundedChannel* channel = nullptr;
+    if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
+    if (job.bounded && channel == nullptr) WarnNoBoundedService();
+    OpStats stats;
+    stats.tag = g.tag;
+    stats.bytes = bytes;
+    stats.rank = ctx.rank;
+    stats.size = ctx.size;
+    if (channel != nullptr && g.elements > 0 && !job.policy->Calibrating(bytes)) {
+      // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
+      const TimeBound bound = job.policy->BoundFor(bytes);
+      stats.mode = "bounded";
+      stats.op = BoundedOpId(g.tag, counter, 1);
+      stats.bound_ms = bound.bound.count() / 1000.0;
+      stats.bound_capped = bound.capped;
+      if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
+      BoundedTransposeArgs args;
+      args.context = &ctx;
+      args.channel = channel;
+      args.data = data;
+      args.elements = g.elements;
+      args.type = job.type;
+      args.op = stats.op;
+      args.bound = bound;
+      args.max_loss = job.max_loss;
+      args.compensation = job.compensation;
+      BoundedTranspose(args, &stats);
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
+    } else {
+      const Deadline deadline(g.timeout);
+      const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
+      const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
+      const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it.
+      VerifyPeersAgree(job, slot_meta, deadline);
+      if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
+      stats.mode = channel != nullptr ? "calibration" : "reliable";
     }
+    const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
+    stats.duration_ms = elapsed.count() / 1000.0;
+    if (job.bounded && g.elements > 0) {
+      job.policy->Record(bytes, elapsed);
+      StatsRegistry::Get().Record(stats);
+    }
+    if (job.stats_out != nullptr) *job.stats_out = stats;
   }
 
   for (size_t i = 1; i < g.out.size(); i++) {
@@ -337,22 +412,43 @@ void Run(const Job& job) {
   }
 }
 
-Job MakeJob(const Impl& g, DataType type, ReduceOp op, AllreduceOptions::Hadamard mode,
-            uint64_t seed, int log2_block, size_t max_segment_bytes) {
+Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
   Validate(g);
+  DataType type = extras.dataType();
+  ReduceOp op = extras.reduceOp();
   if (type == DataType::kUnknown || op == ReduceOp::kUnknown) {
     const ReduceKind kind = ClassifyReduce(g.reduce, g.elementSize);
     if (type == DataType::kUnknown) type = kind.type;
     if (op == ReduceOp::kUnknown) op = kind.op;
   }
-  const bool transformable = IsFloatingPoint(type) && op == ReduceOp::kSum &&
-                             ElementSize(type) == g.elementSize;
-  GLOO_ENFORCE(mode != AllreduceOptions::Hadamard::kOn || transformable,
+  const bool float_sum = IsFloatingPoint(type) && op == ReduceOp::kSum &&
+                         ElementSize(type) == g.elementSize;
+  const auto mode = extras.hadamard();
+  GLOO_ENFORCE(mode != AllreduceOptions::Hadamard::kOn || float_sum,
                "optireduce::allreduce: the Hadamard transform needs a float32/float64 sum, "
                "got type ", DataTypeName(type), " and op ", ReduceOpName(op));
-  GLOO_ENFORCE(max_segment_bytes > 0, "optireduce::allreduce: max segment bytes is 0");
-  const bool hadamard = mode != AllreduceOptions::Hadamard::kOff && transformable;
-  return Job{g, type, op, hadamard, seed, log2_block, max_segment_bytes};
+  GLOO_ENFORCE(extras.maxSegmentBytes() > 0, "optireduce::allreduce: max segment bytes is 0");
+  GLOO_ENFORCE(extras.maxLoss() >= 0 && extras.maxLoss() <= 1,
+               "optireduce::allreduce: max loss must be a fraction in [0, 1], got ",
+               extras.maxLoss());
+  TimeoutPolicy* policy =
+      extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
+  const bool bounded = extras.mode() == AllreduceOptions::Mode::kBounded && float_sum;
+  int log2_block = extras.hadamardLog2Block();
+  if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
+  return Job{g,
+             type,
+             op,
+             mode != AllreduceOptions::Hadamard::kOff && float_sum,
+             extras.hadamardSeed(),
+             log2_block,
+             extras.maxSegmentBytes(),
+             bounded,
+             extras.maxLoss(),
+             extras.compensation(),
+             policy,
+             extras.boundedChannel(),
+             extras.statsOutput()};
 }
 
 }  // namespace
@@ -361,15 +457,25 @@ const gloo::detail::AllreduceOptionsImpl& GlooOptionsOf(const gloo::AllreduceOpt
   return ImplAccess::Get(opts);
 }
 
-void allreduce(const AllreduceOptions& opts) {
-  Run(MakeJob(opts.glooOptions(), opts.dataType(), opts.reduceOp(), opts.hadamard(),
-              opts.hadamardSeed(), opts.hadamardLog2Block(), opts.maxSegmentBytes()));
+TimeoutPolicy& DefaultTimeoutPolicy() {
+  static TimeoutPolicy* policy = new TimeoutPolicy();
+  return *policy;
+}
+
+void SetDefaultTimeoutOptions(const TimeoutOptions& options) {
+  DefaultTimeoutPolicy().Configure(options);
+}
+
+void allreduce(const AllreduceOptions& opts) { Run(MakeJob(opts.glooOptions(), opts)); }
+
+void allreduce(const gloo::AllreduceOptions& opts, const AllreduceOptions& extras) {
+  Run(MakeJob(GlooOptionsOf(opts), extras));
 }
 
 void allreduce(const gloo::AllreduceOptions& opts, AllreduceOptions::Hadamard hadamard) {
-  Run(MakeJob(GlooOptionsOf(opts), DataType::kUnknown, ReduceOp::kUnknown, hadamard,
-              AllreduceOptions::kDefaultHadamardSeed, /*log2_block=*/-1,
-              AllreduceOptions::kDefaultMaxSegmentBytes));
+  AllreduceOptions extras(GlooOptionsOf(opts).context);
+  extras.setHadamard(hadamard);
+  Run(MakeJob(GlooOptionsOf(opts), extras));
 }
 
 }  // namespace optireduce

@@ -244,28 +244,36 @@ absl::Status RedisKv::Wait(const std::vector<std::string>& keys, milliseconds ti
   const Clock::time_point start = Clock::now();
   const Clock::time_point deadline = start + timeout;
   milliseconds poll = kFirstPoll;
+  std::vector<std::string> last_missing = keys;  // as of the last check that finished
+  auto timed_out = [&](Clock::time_point now, absl::string_view note) {
+    const std::string hint =
+        options_.run_id.empty()
+            ? absl::StrCat(" (if a rank of an earlier run of job '", options_.job_id,
+                           "' crashed before joining, the join counter ", joins_key_,
+                           " is misaligned: delete it or pass a run_id)")
+            : std::string();
+    return absl::DeadlineExceededError(absl::StrCat(
+        "redis store: wait timed out after ",
+        std::chrono::duration_cast<milliseconds>(now - start).count(), " ms (timeout ",
+        timeout.count(), " ms) at ", client_->Endpoint(), "; missing keys [",
+        absl::StrJoin(last_missing, ", "), "] under ", run_prefix_, note, hint));
+  };
   for (;;) {
     auto missing = Missing(keys, deadline);
+    const Clock::time_point now = Clock::now();
     if (!missing.ok()) {
+      // A check cut short by the caller's own deadline is a timeout, not a Redis failure.
+      if (now >= deadline) {
+        return timed_out(now, absl::StrCat(" (last check unfinished: ",
+                                           missing.status().message(), ")"));
+      }
       return absl::Status(missing.status().code(),
                           absl::StrCat("while waiting for keys [", absl::StrJoin(keys, ", "),
                                        "] of ", run_prefix_, ": ", missing.status().message()));
     }
     if (missing->empty()) return absl::OkStatus();
-    const Clock::time_point now = Clock::now();
-    if (now >= deadline) {
-      const std::string hint =
-          options_.run_id.empty()
-              ? absl::StrCat(" (if a rank of an earlier run of job '", options_.job_id,
-                             "' crashed before joining, the join counter ", joins_key_,
-                             " is misaligned: delete it or pass a run_id)")
-              : std::string();
-      return absl::DeadlineExceededError(absl::StrCat(
-          "redis store: wait timed out after ",
-          std::chrono::duration_cast<milliseconds>(now - start).count(), " ms (timeout ",
-          timeout.count(), " ms) at ", client_->Endpoint(), "; missing keys [",
-          absl::StrJoin(*missing, ", "), "] under ", run_prefix_, hint));
-    }
+    last_missing = *missing;
+    if (now >= deadline) return timed_out(now, "");
     std::this_thread::sleep_for(
         std::min(poll, std::chrono::duration_cast<milliseconds>(deadline - now) +
                            milliseconds(1)));

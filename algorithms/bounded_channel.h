@@ -1,0 +1,89 @@
+// The one interface OptiReduce's bounded mode needs from a transport.
+//
+// A bounded channel moves bytes without retransmission: a receive posted with a deadline
+// completes when all bytes arrived, at an early timeout, or at the deadline, and reports
+// which byte ranges arrived. algorithms/ declares it; transport_dpdk/ implements it on the
+// same packet path as its reliable service. Gloo's own transports have none, so
+// BoundedChannelOf returns nullptr for them.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+namespace gloo {
+class Context;
+}
+
+namespace optireduce {
+
+using BoundedClock = std::chrono::steady_clock;
+
+// Bytes [begin, end) of a region.
+struct ByteRange {
+  size_t begin = 0;
+  size_t end = 0;
+  size_t size() const { return end - begin; }
+};
+
+// Why a bounded receive stopped waiting.
+enum class PhaseEnd : uint8_t {
+  kComplete,      // every byte arrived
+  kEarlyTimeout,  // every peer's last packets arrived and the input went quiet
+  kDeadline,      // the hard bound of the phase passed
+};
+const char* PhaseEndName(PhaseEnd end);
+
+// One destination of a bounded receive: `nbytes` bytes from `peer` land at `dst` by offset.
+struct BoundedRegion {
+  int peer = -1;
+  void* dst = nullptr;
+  size_t nbytes = 0;
+};
+
+class BoundedReceive {
+ public:
+  virtual ~BoundedReceive() = default;
+
+  // Waits until every region is complete, or every peer's last packets arrived and nothing
+  // arrived for `quiet`, or `deadline`. No byte is written into the regions after Wait (or
+  // Repair) returns, until Repair is called.
+  virtual PhaseEnd Wait(BoundedClock::time_point deadline, std::chrono::microseconds quiet) = 0;
+
+  // Asks the senders to send the missing ranges again (their sources may be gone: then they
+  // don't answer) and waits until complete or `deadline`.
+  virtual PhaseEnd Repair(BoundedClock::time_point deadline) = 0;
+
+  // Byte ranges of region `index` that arrived, sorted and disjoint.
+  virtual std::vector<ByteRange> Arrived(size_t index) const = 0;
+};
+
+class BoundedChannel {
+ public:
+  virtual ~BoundedChannel() = default;
+
+  // Posts the regions of operation `op`. Every rank names an operation by the same id;
+  // packets of `op` that arrived before the post (a fast peer) are applied now; packets
+  // of operations already closed are dropped and counted.
+  virtual std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
+                                                       std::vector<BoundedRegion> regions) = 0;
+
+  // Sends `nbytes` at `src` to `peer` as operation `op`, without retransmission; the last
+  // packets carry a "last" flag. `src` stays readable for repairs until Release(op, peer).
+  virtual void Send(int peer, uint64_t op, const void* src, size_t nbytes) = 0;
+
+  // Copies the sources of `op` into the channel's own memory so the caller may reuse them;
+  // repairs of `op` are then served from the copies, kept within a memory budget (oldest
+  // operations are forgotten first).
+  virtual void Detach(uint64_t op) = 0;
+
+  // Largest payload per packet; ranges arrive in multiples of it (except the tail).
+  virtual size_t PacketPayload() const = 0;
+};
+
+// The bounded channel of a context whose transport has one, else nullptr.
+BoundedChannel* BoundedChannelOf(gloo::Context& context);
+
+}  // namespace optireduce

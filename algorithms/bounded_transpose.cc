@@ -1,0 +1,187 @@
+#include "algorithms/bounded_transpose.h"
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <vector>
+
+#include <gloo/context.h>
+
+#include "algorithms/transpose_plan.h"
+
+namespace optireduce {
+namespace {
+
+using Clock = BoundedClock;
+using std::chrono::microseconds;
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+uint64_t Mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ULL;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < regions; i++) {
+    for (const ByteRange& r : rx.Arrived(i)) total += r.size();
+  }
+  return total;
+}
+
+// Waits for a phase, repairs it if the loss is above the limit, and records the outcome.
+void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                 Clock::time_point deadline, const BoundedTransposeArgs& a, PhaseStats* p) {
+  const auto start = Clock::now();
+  p->bytes_expected = 0;
+  for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
+  p->end = rx.Wait(deadline, a.bound.quiet);
+  p->bytes_received = ArrivedBytes(rx, regions.size());
+  const double lost = p->bytes_expected == 0
+                          ? 0.0
+                          : 1.0 - static_cast<double>(p->bytes_received) / p->bytes_expected;
+  if (lost > a.max_loss && a.bound.repair_budget.count() > 0) {
+    p->repaired = true;
+    rx.Repair(Clock::now() + a.bound.repair_budget);
+    p->bytes_received = ArrivedBytes(rx, regions.size());
+  }
+  for (size_t i = 0; i < regions.size(); i++) {
+    uint64_t got = 0;
+    for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+    if (got < regions[i].nbytes) p->late_peers.push_back(regions[i].peer);
+  }
+  p->ms = MsSince(start);
+}
+
+// Sums the arrived ranges of every peer into `mine` and compensates what is missing.
+template <typename T>
+void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
+                   const BoundedReceive& rx, int ranks, Compensation compensation) {
+  std::vector<uint16_t> contributors(count, 1);  // every element has the owner's own value
+  for (size_t p = 0; p < peer_data.size(); p++) {
+    for (const ByteRange& r : rx.Arrived(p)) {
+      // Whole elements only: a range that splits an element leaves it missing.
+      const size_t begin = (r.begin + sizeof(T) - 1) / sizeof(T);
+      const size_t end = std::min(count, r.end / sizeof(T));
+      const T* src = peer_data[p];
+      for (size_t i = begin; i < end; i++) {
+        mine[i] += src[i];
+        contributors[i]++;
+      }
+    }
+  }
+  if (compensation != Compensation::kDebias) return;
+  for (size_t i = 0; i < count; i++) {
+    if (contributors[i] < ranks) mine[i] *= static_cast<T>(ranks) / contributors[i];
+  }
+}
+
+// Phase 2 left the rank's own contribution where nothing arrived: scale it by N, the
+// unbiased estimate of the sum from one of N similar contributions.
+template <typename T>
+void FillMissing(T* data, const TransposePlan& plan, int rank, const BoundedReceive& rx,
+                 const std::vector<BoundedRegion>& regions) {
+  const T n = static_cast<T>(plan.ranks());
+  for (size_t i = 0; i < regions.size(); i++) {
+    const int owner = regions[i].peer;
+    T* shard = data + plan.ShardBegin(owner);
+    const size_t count = plan.ShardCount(owner);
+    size_t next = 0;  // first element not yet known to have arrived
+    auto scale = [&](size_t from, size_t to) {
+      for (size_t e = from; e < to; e++) shard[e] *= n;
+    };
+    for (const ByteRange& r : rx.Arrived(i)) {
+      const size_t begin = (r.begin + sizeof(T) - 1) / sizeof(T);
+      const size_t end = std::min(count, r.end / sizeof(T));
+      if (begin > next) scale(next, begin);
+      next = std::max(next, end);
+    }
+    if (next < count) scale(next, count);
+  }
+  (void)rank;
+}
+
+template <typename T>
+void Run(const BoundedTransposeArgs& a, OpStats* stats) {
+  gloo::Context& ctx = *a.context;
+  const int rank = ctx.rank;
+  const int n = ctx.size;
+  const TransposePlan plan(a.elements, n);
+  T* data = reinterpret_cast<T*>(a.data);
+  const uint64_t op1 = a.op;
+  const uint64_t op2 = a.op + 1;
+  const auto start = Clock::now();
+  const auto half = a.bound.bound / 2;
+
+  // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
+  const size_t my_count = plan.ShardCount(rank);
+  T* mine = data + plan.ShardBegin(rank);
+  std::unique_ptr<T[]> scratch(new T[std::max<size_t>(1, my_count * (n - 1))]);
+  std::vector<BoundedRegion> regions1;
+  std::vector<T*> peer_data;
+  if (my_count > 0) {
+    for (int step = 1; step < n; step++) {
+      T* dst = scratch.get() + (step - 1) * my_count;
+      regions1.push_back({plan.RecvPeer(rank, step), dst, my_count * sizeof(T)});
+      peer_data.push_back(dst);
+    }
+  }
+  auto rx1 = a.channel->PostReceive(op1, regions1);
+  for (int step = 1; step < n; step++) {
+    const int owner = plan.SendPeer(rank, step);
+    if (plan.ShardCount(owner) == 0) continue;
+    a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
+                    plan.ShardCount(owner) * sizeof(T));
+  }
+  FinishPhase(*rx1, regions1, start + half, a, &stats->phase[0]);
+  ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
+  rx1.reset();
+
+  // Phase 2: send my reduced shard to everyone; other shards land in place.
+  std::vector<BoundedRegion> regions2;
+  for (int step = 1; step < n; step++) {
+    const int owner = plan.RecvPeer(rank, step);
+    if (plan.ShardCount(owner) == 0) continue;
+    regions2.push_back({owner, data + plan.ShardBegin(owner), plan.ShardCount(owner) * sizeof(T)});
+  }
+  const auto phase2_start = Clock::now();
+  auto rx2 = a.channel->PostReceive(op2, regions2);
+  if (my_count > 0) {
+    for (int step = 1; step < n; step++) {
+      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T));
+    }
+  }
+  FinishPhase(*rx2, regions2, phase2_start + half, a, &stats->phase[1]);
+  FillMissing(data, plan, rank, *rx2, regions2);
+  rx2.reset();
+  // The caller transforms the buffer back next: late repairs are served from copies.
+  a.channel->Detach(op1);
+  a.channel->Detach(op2);
+}
+
+}  // namespace
+
+uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase) {
+  // Phase ids of one operation are consecutive (op, op + 1); the mix keeps operations of
+  // different tags and counters apart.
+  return (Mix((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1}) + (phase - 1);
+}
+
+void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
+  if (a.type == DataType::kFloat64) {
+    Run<double>(a, stats);
+  } else {
+    Run<float>(a, stats);
+  }
+  const uint64_t expected = stats->phase[0].bytes_expected + stats->phase[1].bytes_expected;
+  const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;
+  stats->loss_pct = expected == 0 ? 0.0 : 100.0 * (1.0 - static_cast<double>(received) / expected);
+  stats->damaged = stats->loss_pct > 100.0 * a.max_loss;
+}
+
+}  // namespace optireduce

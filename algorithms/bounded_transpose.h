@@ -1,0 +1,49 @@
+// TAR over a bounded channel: OptiReduce mode.
+//
+// Phase 1: every rank sends shard j to its owner j without retransmission; the owner waits
+// until all contributions arrived, an early timeout, or half of the bound, and reduces what
+// arrived. Missing contributions are compensated per element: the partial sum of k of N
+// contributions is scaled by N/k (debias), or left as is (zero fill). Phase 2: owners send
+// their reduced shard to everyone; a range that did not arrive keeps the rank's own
+// contribution scaled by N — never uninitialised memory, never data of an earlier call.
+// When the loss of a phase exceeds `max_loss`, the receiver asks the senders to repair the
+// missing ranges within the repair budget; what still misses is flagged as damage.
+// No barrier anywhere: a straggler only costs its own contribution.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "algorithms/bounded_channel.h"
+#include "algorithms/op_stats.h"
+#include "algorithms/reduce_classifier.h"
+#include "algorithms/timeout_policy.h"
+#include "algorithms/types.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace optireduce {
+
+enum class Compensation : uint8_t { kDebias, kZeroFill };
+
+struct BoundedTransposeArgs {
+  gloo::Context* context = nullptr;
+  BoundedChannel* channel = nullptr;
+  char* data = nullptr;  // float32/float64 elements, summed
+  size_t elements = 0;
+  DataType type = DataType::kFloat32;
+  uint64_t op = 0;  // the same on every rank for the same operation
+  TimeBound bound;
+  double max_loss = 0.05;
+  Compensation compensation = Compensation::kDebias;
+};
+
+// Runs both phases on `args.data` in place and fills the phase fields of `stats`.
+void BoundedTranspose(const BoundedTransposeArgs& args, OpStats* stats);
+
+// Operation id of one phase (1 or 2) of the `counter`-th operation with `tag`.
+uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase);
+
+}  // namespace optireduce

@@ -1,0 +1,91 @@
+#include "algorithms/op_stats.h"
+
+#include <cstdio>
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace optireduce {
+namespace {
+
+std::string PhaseJson(const PhaseStats& p) {
+  return absl::StrCat("{\"bytes_expected\":", p.bytes_expected,
+                      ",\"bytes_received\":", p.bytes_received, ",\"end\":\"",
+                      PhaseEndName(p.end), "\",\"repaired\":", p.repaired ? "true" : "false",
+                      ",\"ms\":", p.ms, ",\"late_peers\":[", absl::StrJoin(p.late_peers, ","),
+                      "]}");
+}
+
+}  // namespace
+
+std::string OpStats::ToJson() const {
+  return absl::StrCat("{\"op\":", op, ",\"tag\":", tag, ",\"bytes\":", bytes, ",\"rank\":", rank,
+                      ",\"size\":", size, ",\"mode\":\"", mode, "\",\"bound_ms\":", bound_ms,
+                      ",\"bound_capped\":", bound_capped ? "true" : "false",
+                      ",\"phase1\":", PhaseJson(phase[0]), ",\"phase2\":", PhaseJson(phase[1]),
+                      ",\"loss_pct\":", loss_pct, ",\"damaged\":", damaged ? "true" : "false",
+                      ",\"duration_ms\":", duration_ms, "}");
+}
+
+std::string CumulativeStats::ToJson() const {
+  return absl::StrCat(
+      "{\"ops\":", ops, ",\"calibration_ops\":", calibration_ops, ",\"bounded_ops\":",
+      bounded_ops, ",\"reliable_ops\":", reliable_ops, ",\"complete_phases\":", complete_phases,
+      ",\"early_timeout_phases\":", early_timeout_phases, ",\"deadline_phases\":",
+      deadline_phases, ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
+      ",\"bytes_expected\":", bytes_expected, ",\"bytes_received\":", bytes_received, "}");
+}
+
+StatsRegistry& StatsRegistry::Get() {
+  static StatsRegistry* registry = new StatsRegistry();
+  return *registry;
+}
+
+StatsRegistry::StatsRegistry() {
+  if (const char* path = std::getenv("OPTIREDUCE_STATS_FILE")) path_ = path;
+}
+
+void StatsRegistry::Record(const OpStats& s) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = s;
+  total_.ops++;
+  if (s.mode == "calibration") total_.calibration_ops++;
+  if (s.mode == "bounded") total_.bounded_ops++;
+  if (s.mode == "reliable") total_.reliable_ops++;
+  if (s.mode == "bounded") {
+    for (const PhaseStats& p : s.phase) {
+      if (p.end == PhaseEnd::kComplete) total_.complete_phases++;
+      if (p.end == PhaseEnd::kEarlyTimeout) total_.early_timeout_phases++;
+      if (p.end == PhaseEnd::kDeadline) total_.deadline_phases++;
+      total_.bytes_expected += p.bytes_expected;
+      total_.bytes_received += p.bytes_received;
+    }
+    if (s.phase[0].repaired || s.phase[1].repaired) total_.repaired_ops++;
+  }
+  if (s.damaged) total_.damaged_ops++;
+  if (!path_.empty()) {
+    if (FILE* f = std::fopen(path_.c_str(), "a")) {
+      std::fprintf(f, "%s\n", s.ToJson().c_str());
+      std::fclose(f);
+    }
+  }
+}
+
+OpStats StatsRegistry::Last() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_;
+}
+
+CumulativeStats StatsRegistry::Cumulative() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return total_;
+}
+
+void StatsRegistry::Reset() {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_ = OpStats();
+  total_ = CumulativeStats();
+}
+
+}  // namespace optireduce

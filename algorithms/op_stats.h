@@ -1,0 +1,73 @@
+// Statistics of OptiReduce-mode operations: one record per allreduce, cumulative counters,
+// and an optional JSON-lines log (OPTIREDUCE_STATS_FILE) a training loop or plot can read.
+#pragma once
+
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "algorithms/bounded_channel.h"
+
+namespace optireduce {
+
+struct PhaseStats {
+  uint64_t bytes_expected = 0;
+  uint64_t bytes_received = 0;
+  PhaseEnd end = PhaseEnd::kComplete;
+  bool repaired = false;  // a repair round ran in this phase
+  double ms = 0;
+  std::vector<int> late_peers;  // peers whose data was incomplete when the phase ended
+};
+
+struct OpStats {
+  uint64_t op = 0;
+  uint32_t tag = 0;
+  uint64_t bytes = 0;
+  int rank = 0;
+  int size = 0;
+  // "calibration": ran reliably to calibrate the bound; "bounded": OptiReduce mode;
+  // "reliable": bounded mode not available on this transport or not for this type/op.
+  std::string mode;
+  double bound_ms = 0;
+  bool bound_capped = false;
+  PhaseStats phase[2];
+  double loss_pct = 0;    // bytes missing after repair / bytes expected, both phases
+  bool damaged = false;   // loss remained above the limit: a training loop may skip the step
+  double duration_ms = 0;
+  std::string ToJson() const;
+};
+
+struct CumulativeStats {
+  uint64_t ops = 0;
+  uint64_t calibration_ops = 0;
+  uint64_t bounded_ops = 0;
+  uint64_t reliable_ops = 0;
+  uint64_t complete_phases = 0;
+  uint64_t early_timeout_phases = 0;
+  uint64_t deadline_phases = 0;
+  uint64_t repaired_ops = 0;
+  uint64_t damaged_ops = 0;
+  uint64_t bytes_expected = 0;
+  uint64_t bytes_received = 0;
+  std::string ToJson() const;
+};
+
+// Process-wide registry. Thread-safe.
+class StatsRegistry {
+ public:
+  static StatsRegistry& Get();
+  void Record(const OpStats& stats);
+  OpStats Last() const;
+  CumulativeStats Cumulative() const;
+  void Reset();
+
+ private:
+  StatsRegistry();
+  mutable std::mutex mu_;
+  OpStats last_;
+  CumulativeStats total_;
+  std::string path_;  // OPTIREDUCE_STATS_FILE, empty: no log
+};
+
+}  // namespace optireduce

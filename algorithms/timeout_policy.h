@@ -1,0 +1,61 @@
+// Per-bucket-size time bounds for OptiReduce mode.
+//
+// The first `calibration_ops` operations of each size run reliably (exact TAR) and their
+// durations calibrate the bound: the P95 of that window times a margin (the paper's
+// start-up calibration). Later bounded operations keep updating a moving history, so the
+// bound follows the network. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Each
+// phase of TAR gets half of the bound; the early timeout fires once every peer's last
+// packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <deque>
+#include <mutex>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace optireduce {
+
+struct TimeoutOptions {
+  int calibration_ops = 20;
+  double percentile = 0.95;
+  double margin = 1.25;
+  size_t history = 64;
+  double early_quiet_fraction = 0.1;
+  std::chrono::microseconds min_bound{2000};
+  std::chrono::microseconds hard_cap{std::chrono::seconds(5)};
+  // Extra time (as a fraction of the bound) to repair an operation above the loss limit.
+  double repair_budget_fraction = 1.0;
+};
+
+struct TimeBound {
+  std::chrono::microseconds bound;  // whole operation (both phases)
+  std::chrono::microseconds quiet;  // early-timeout quiet period
+  std::chrono::microseconds repair_budget;
+  bool capped = false;  // the hard cap decided the bound
+};
+
+class TimeoutPolicy {
+ public:
+  explicit TimeoutPolicy(const TimeoutOptions& options = TimeoutOptions()) : options_(options) {}
+
+  // True while operations of this size still calibrate (run reliably).
+  bool Calibrating(size_t bytes) const;
+  void Record(size_t bytes, std::chrono::microseconds duration);
+  TimeBound BoundFor(size_t bytes) const;
+  TimeoutOptions options() const;
+  // Replaces the options and forgets every history (start-up configuration).
+  void Configure(const TimeoutOptions& options);
+
+ private:
+  struct History {
+    int calibration_seen = 0;
+    std::deque<int64_t> durations_us;
+  };
+  TimeoutOptions options_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<size_t, History> by_size_;
+};
+
+}  // namespace optireduce

@@ -1,0 +1,269 @@
+// OptiReduce mode (TAR over a bounded channel): exactness without faults, bounded time and
+// measured damage under loss, Hadamard's spreading of damage, stragglers, and repair above
+// the loss limit. Ranks are threads; calibration runs over Gloo TCP, bounded phases over
+// an in-memory channel with seeded packet drops.
+#include <chrono>
+#include <cmath>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include <gloo/barrier.h>
+#include <gloo/math.h>
+#include <gtest/gtest.h>
+
+#include "algorithms/allreduce.h"
+#include "tests/common/in_memory_bounded_hub.h"
+#include "tests/common/ranks.h"
+
+namespace optireduce {
+namespace {
+
+using testing::InMemoryBoundedHub;
+using testing::RunThreads;
+using RawFunc = void (*)(void*, const void*, const void*, size_t);
+using Clock = std::chrono::steady_clock;
+
+constexpr int kRanks = 4;
+constexpr size_t kCount = 1 << 18;  // 1 MiB of float32 per rank
+constexpr double kNoise = 0.1;      // per-rank deviation from the common gradient
+
+// Gradients look alike across ranks: a common signal plus a small per-rank deviation.
+std::vector<float> MakeGradient(int rank, uint64_t step) {
+  std::mt19937_64 common(1000 + step), own(7 * rank + 31 * step + 1);
+  std::normal_distribution<float> g(0, 1);
+  std::vector<float> x(kCount);
+  for (size_t i = 0; i < kCount; i++) x[i] = g(common);
+  for (size_t i = 0; i < kCount; i++) x[i] += static_cast<float>(kNoise) * g(own);
+  return x;
+}
+
+constexpr uint64_t kSteps = 6;
+
+// Inputs and exact sums are computed once, outside the ranks' threads: computing them
+// inside would make ranks stragglers of each other on two cores.
+struct Dataset {
+  std::vector<std::vector<float>> grad[kSteps];
+  std::vector<double> sum[kSteps];
+  Dataset() {
+    for (uint64_t step = 0; step < kSteps; step++) {
+      sum[step].assign(kCount, 0);
+      for (int r = 0; r < kRanks; r++) {
+        grad[step].push_back(MakeGradient(r, step));
+        for (size_t i = 0; i < kCount; i++) sum[step][i] += grad[step][r][i];
+      }
+    }
+  }
+};
+
+const Dataset& Data() {
+  static const Dataset* data = new Dataset();
+  return *data;
+}
+
+const std::vector<float>& Gradient(int rank, uint64_t step) { return Data().grad[step][rank]; }
+const std::vector<double>& ExactSum(uint64_t step) { return Data().sum[step]; }
+
+struct Errors {
+  double rel_l2 = 0;
+  double max_abs = 0;
+};
+
+Errors Compare(const std::vector<float>& got, const std::vector<double>& want) {
+  double num = 0, den = 0, max_abs = 0;
+  for (size_t i = 0; i < got.size(); i++) {
+    const double d = got[i] - want[i];
+    num += d * d;
+    den += want[i] * want[i];
+    max_abs = std::max(max_abs, std::fabs(d));
+  }
+  return {std::sqrt(num / den), max_abs};
+}
+
+std::shared_ptr<TimeoutPolicy> TestPolicy() {
+  TimeoutOptions o;
+  o.calibration_ops = 2;
+  // Threads on 2 shared cores: keep bounds far above scheduling noise.
+  o.min_bound = std::chrono::milliseconds(150);
+  o.hard_cap = std::chrono::seconds(2);
+  return std::make_shared<TimeoutPolicy>(o);
+}
+
+struct Call {
+  std::vector<float> data;
+  OpStats stats;
+  double seconds = 0;
+};
+
+Call Allreduce(const std::shared_ptr<gloo::Context>& ctx, BoundedChannel* channel,
+               const std::shared_ptr<TimeoutPolicy>& policy, uint64_t step, bool hadamard,
+               double max_loss) {
+  Call call;
+  call.data = Gradient(ctx->rank, step);
+  AllreduceOptions opts(ctx);
+  opts.setOutput(call.data.data(), call.data.size());
+  opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+  opts.setMode(AllreduceOptions::Mode::kBounded);
+  opts.setHadamard(hadamard ? AllreduceOptions::Hadamard::kOn : AllreduceOptions::Hadamard::kOff);
+  opts.setBoundedChannel(channel);
+  opts.setTimeoutPolicy(policy);
+  opts.setMaxLoss(max_loss);
+  opts.setStatsOutput(&call.stats);
+  const auto start = Clock::now();
+  allreduce(opts);
+  call.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  return call;
+}
+
+void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
+  gloo::BarrierOptions opts(ctx);
+  opts.setTag(77);
+  gloo::barrier(opts);
+}
+
+TEST(BoundedTranspose, NoFaultsEqualsExactSum) {
+  Data();
+  InMemoryBoundedHub hub(kRanks, 0.0, 1);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (uint64_t step = 0; step < 4; step++) {
+      Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
+      EXPECT_EQ(c.stats.mode, step < 2 ? "calibration" : "bounded") << step;
+      EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, 1e-5) << step;
+      if (step >= 2) {
+        EXPECT_EQ(c.stats.phase[0].end, PhaseEnd::kComplete);
+        EXPECT_EQ(c.stats.phase[1].end, PhaseEnd::kComplete);
+        EXPECT_EQ(c.stats.loss_pct, 0.0);
+        EXPECT_FALSE(c.stats.damaged);
+      }
+    }
+  });
+}
+
+// Expected error with debiasing. Phase 1 loses a fraction p of the peers' contributions
+// and replaces each by the mean of the others: error ~ kNoise per lost contribution.
+// Phase 2 loses p of every shard and fills N * own: error ~ N * kNoise there. The sum's
+// magnitude is ~N (common signal), so relative L2 ~ sqrt(p) * kNoise * sqrt(1 + N) / 1 —
+// we assert 2x that (sqrt(p) * kNoise * 2 * sqrt(N + 1)).
+TEST(BoundedTranspose, LossIsBoundedMeasuredAndSmall) {
+  for (double p : {0.001, 0.01, 0.05}) {
+    InMemoryBoundedHub hub(kRanks, p, 42);
+    RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+      // A generous bound: phases end by early timeout (every peer's last packets in, then
+      // quiet), so the measured loss is the injected loss even on a loaded machine.
+      TimeoutOptions o;
+      o.calibration_ops = 2;
+      o.min_bound = std::chrono::seconds(2);
+      o.hard_cap = std::chrono::seconds(4);
+      auto policy = std::make_shared<TimeoutPolicy>(o);
+      double loss_sum = 0;
+      int bounded = 0;
+      for (uint64_t step = 0; step < 6; step++) {
+        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/1.0);
+        if (c.stats.mode != "bounded") continue;
+        bounded++;
+        loss_sum += c.stats.loss_pct;
+        if (getenv("DEBUG_STATS")) std::printf("p=%g %s\n", p, c.stats.ToJson().c_str());
+        // Returns within its bound (both phases) plus slack for the reduction itself.
+        EXPECT_LT(c.seconds, c.stats.bound_ms / 1000.0 + 0.5) << "p=" << p;
+        const double limit = std::sqrt(p) * kNoise * 2 * std::sqrt(kRanks + 1.0);
+        EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, limit) << "p=" << p;
+        for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
+      }
+      ASSERT_EQ(bounded, 4);
+      const double mean_loss = loss_sum / bounded / 100.0;
+      EXPECT_NEAR(mean_loss, p, 0.5 * p + 0.002) << "rank " << ctx->rank;
+    });
+  }
+}
+
+TEST(BoundedTranspose, HadamardShrinksMaxErrorFivefold) {
+  double max_abs[2] = {0, 0};
+  for (int hadamard = 0; hadamard < 2; hadamard++) {
+    InMemoryBoundedHub hub(kRanks, 0.01, 99);
+    std::vector<double> per_rank(kRanks, 0);
+    RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+      auto policy = TestPolicy();
+      for (uint64_t step = 0; step < 5; step++) {
+        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, hadamard == 1, 1.0);
+        if (c.stats.mode != "bounded") continue;
+        per_rank[ctx->rank] = std::max(per_rank[ctx->rank], Compare(c.data, ExactSum(step)).max_abs);
+      }
+    });
+    for (double v : per_rank) max_abs[hadamard] = std::max(max_abs[hadamard], v);
+  }
+  std::printf("1%% loss, max-abs error: without Hadamard %.4f, with %.4f (ratio %.1f)\n",
+              max_abs[0], max_abs[1], max_abs[0] / max_abs[1]);
+  EXPECT_GT(max_abs[0], 5 * max_abs[1]);
+}
+
+TEST(BoundedTranspose, StragglerCostsOnlyItsContribution) {
+  InMemoryBoundedHub hub(kRanks, 0.0, 5);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (uint64_t step = 0; step < 3; step++) {
+      Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
+    }
+    Barrier(ctx);
+    const double bound_s = policy->BoundFor(kCount * 4).bound.count() / 1e6;
+    const double budget_s = policy->BoundFor(kCount * 4).repair_budget.count() / 1e6;
+    const bool straggler = ctx->rank == kRanks - 1;
+    if (straggler) std::this_thread::sleep_for(std::chrono::duration<double>(5 * bound_s));
+    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
+    for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
+    if (!straggler) {
+      EXPECT_LT(c.seconds, bound_s + budget_s + 0.5);
+      EXPECT_TRUE(c.stats.damaged);
+      EXPECT_GT(c.stats.loss_pct, 5.0);
+      EXPECT_LT(Compare(c.data, ExactSum(3)).rel_l2, 0.2);  // 3 of 4 contributions, debiased
+    }
+    // Once it stops straggling, operations are exact again; its late packets of step 3
+    // reached closed operations and were dropped, not applied to step 4.
+    Barrier(ctx);
+    Call next = Allreduce(ctx, hub.channel(ctx->rank), policy, 4, true, 0.05);
+    EXPECT_EQ(next.stats.loss_pct, 0.0) << "rank " << ctx->rank;
+    EXPECT_LT(Compare(next.data, ExactSum(4)).rel_l2, 1e-5);
+  });
+  uint64_t stale = 0;
+  for (int r = 0; r < kRanks - 1; r++) stale += hub.counters(r).stale_packets;
+  EXPECT_GT(stale, 0u) << "the straggler's late phase-2 packets should be dropped as stale";
+}
+
+TEST(BoundedTranspose, AboveLossLimitRepairsToExact) {
+  InMemoryBoundedHub hub(kRanks, 0.10, 7);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (uint64_t step = 0; step < 4; step++) {
+      Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/0.01);
+      if (c.stats.mode != "bounded") continue;
+      EXPECT_TRUE(c.stats.phase[0].repaired || c.stats.phase[1].repaired);
+      EXPECT_FALSE(c.stats.damaged) << "loss after repair " << c.stats.loss_pct;
+      EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, 1e-5);
+    }
+  });
+}
+
+TEST(BoundedTranspose, WithoutBoundedServiceRunsExactTar) {
+  RunThreads(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    std::vector<int64_t> v(1000, ctx->rank + 1);
+    OpStats stats;
+    AllreduceOptions opts(ctx);
+    opts.setOutput(v.data(), v.size());
+    opts.setReduceFunction(RawFunc(&gloo::sum<int64_t>));
+    opts.setMode(AllreduceOptions::Mode::kBounded);  // int64: never bounded
+    allreduce(opts);
+    for (int64_t x : v) ASSERT_EQ(x, 6);
+    std::vector<float> f(1000, 1.0f);
+    AllreduceOptions fopts(ctx);
+    fopts.setOutput(f.data(), f.size());
+    fopts.setReduceFunction(RawFunc(&gloo::sum<float>));
+    fopts.setMode(AllreduceOptions::Mode::kBounded);  // Gloo TCP: no bounded service
+    fopts.setStatsOutput(&stats);
+    allreduce(fopts);
+    for (float x : f) ASSERT_EQ(x, 3.0f);
+    EXPECT_EQ(stats.mode, "reliable");
+  });
+}
+
+}  // namespace
+}  // namespace optireduce

@@ -1,0 +1,102 @@
+#include "tests/common/in_memory_bounded_hub.h"
+
+#include <algorithm>
+#include <atomic>
+
+namespace optireduce {
+namespace testing {
+
+class InMemoryBoundedHub::Endpoint : public BoundedChannel {
+ public:
+  Endpoint(InMemoryBoundedHub* hub, int rank, double drop, uint64_t seed, size_t payload)
+      : hub_(hub), rank_(rank), drop_(drop), rng_(seed), payload_(payload) {}
+
+  std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
+                                              std::vector<BoundedRegion> regions) override {
+    return receiver_.Post(op, std::move(regions),
+                          [this](int peer, uint64_t op, const std::vector<ByteRange>& missing) {
+                            hub_->endpoints_[peer]->Serve(rank_, op, missing);
+                          });
+  }
+
+  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override {
+    sources_.Register(op, peer, src, nbytes);
+    const size_t packets = (nbytes + payload_ - 1) / payload_;
+    const size_t last_from = packets - std::max<size_t>(1, packets / 100);
+    for (size_t i = 0; i < packets; i++) {
+      const size_t off = i * payload_;
+      Deliver(peer, op, static_cast<const char*>(src) + off, off,
+              std::min(payload_, nbytes - off), i >= last_from);
+    }
+  }
+
+  void Detach(uint64_t op) override { sources_.Detach(op); }
+  size_t PacketPayload() const override { return payload_; }
+
+  // A peer asks for `missing` ranges of what this rank sent it as `op`.
+  void Serve(int peer, uint64_t op, const std::vector<ByteRange>& missing) {
+    sources_.With(op, peer, [&](const char* src, size_t nbytes) {
+      for (const ByteRange& r : missing) {
+        for (size_t off = r.begin; off < std::min(r.end, nbytes); off += payload_) {
+          Deliver(peer, op, src + off, off, std::min({payload_, r.end - off, nbytes - off}), false);
+        }
+      }
+    });
+  }
+
+  transport::BoundedReceiver& receiver() { return receiver_; }
+  std::atomic<uint64_t> sent{0}, dropped{0};
+
+ private:
+  void Deliver(int peer, uint64_t op, const char* data, size_t offset, size_t len, bool last) {
+    sent++;
+    bool lose;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      lose = std::uniform_real_distribution<double>(0, 1)(rng_) < drop_;
+    }
+    if (lose) {
+      dropped++;
+      return;
+    }
+    hub_->endpoints_[peer]->receiver().OnData(op, rank_, offset, data, len, last);
+  }
+
+  InMemoryBoundedHub* hub_;
+  const int rank_;
+  const double drop_;
+  std::mutex mu_;
+  std::mt19937_64 rng_;
+  const size_t payload_;
+  transport::BoundedReceiver receiver_;
+  transport::BoundedSources sources_;
+};
+
+InMemoryBoundedHub::InMemoryBoundedHub(int size, double drop, uint64_t seed, size_t payload) {
+  for (int r = 0; r < size; r++) {
+    endpoints_.push_back(std::make_unique<Endpoint>(this, r, drop, seed * 1000 + r, payload));
+  }
+}
+
+InMemoryBoundedHub::~InMemoryBoundedHub() = default;
+
+BoundedChannel* InMemoryBoundedHub::channel(int rank) { return endpoints_[rank].get(); }
+
+transport::BoundedReceiverCounters InMemoryBoundedHub::counters(int rank) const {
+  return endpoints_[rank]->receiver().counters();
+}
+
+uint64_t InMemoryBoundedHub::sent_packets() const {
+  uint64_t n = 0;
+  for (const auto& e : endpoints_) n += e->sent;
+  return n;
+}
+
+uint64_t InMemoryBoundedHub::dropped_packets() const {
+  uint64_t n = 0;
+  for (const auto& e : endpoints_) n += e->dropped;
+  return n;
+}
+
+}  // namespace testing
+}  // namespace optireduce

@@ -1,0 +1,32 @@
+// A bounded channel for ranks-as-threads tests: packets are handed straight to the
+// destination's BoundedReceiver, each dropped with a seeded probability, so OptiReduce
+// mode can be tested over Gloo's TCP device without our transport.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <random>
+#include <vector>
+
+#include "algorithms/bounded_channel.h"
+#include "transport_dpdk/bounded/bounded_receiver.h"
+
+namespace optireduce {
+namespace testing {
+
+class InMemoryBoundedHub {
+ public:
+  InMemoryBoundedHub(int size, double drop, uint64_t seed, size_t payload = 1024);
+  ~InMemoryBoundedHub();
+  BoundedChannel* channel(int rank);
+  transport::BoundedReceiverCounters counters(int rank) const;
+  uint64_t sent_packets() const;
+  uint64_t dropped_packets() const;
+
+ private:
+  class Endpoint;
+  std::vector<std::unique_ptr<Endpoint>> endpoints_;
+};
+
+}  // namespace testing
+}  // namespace optireduce

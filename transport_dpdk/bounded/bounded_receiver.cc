@@ -1,0 +1,261 @@
+#include "transport_dpdk/bounded/bounded_receiver.h"
+
+#include <algorithm>
+#include <cstring>
+
+namespace optireduce {
+namespace transport {
+
+using Clock = BoundedClock;
+
+class BoundedReceiver::Receive : public BoundedReceive {
+ public:
+  Receive(BoundedReceiver* owner, uint64_t op, std::unique_ptr<Posted> posted,
+          RepairRequest repair)
+      : owner_(owner), op_(op), posted_(std::move(posted)), repair_(std::move(repair)) {}
+
+  ~Receive() override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    owner_->CloseLocked(op_);
+  }
+
+  PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet) override {
+    std::unique_lock<std::mutex> lock(owner_->mu_);
+    for (;;) {
+      bool complete = true;
+      bool all_last = true;
+      for (const Region& r : posted_->regions) {
+        complete = complete && r.bytes == r.spec.nbytes;
+        all_last = all_last && (r.last_seen || r.bytes == r.spec.nbytes);
+      }
+      if (complete) return PhaseEnd::kComplete;
+      const auto now = Clock::now();
+      if (all_last && now - posted_->last_arrival >= quiet) return PhaseEnd::kEarlyTimeout;
+      if (now >= deadline) return PhaseEnd::kDeadline;
+      auto wake = deadline;
+      if (all_last) wake = std::min(wake, posted_->last_arrival + quiet);
+      owner_->cv_.wait_until(lock, wake);
+    }
+  }
+
+  PhaseEnd Repair(Clock::time_point deadline) override {
+    // Repairs are lossy too: ask again for what is still missing a few times per budget.
+    const auto interval = std::max<Clock::duration>(
+        std::chrono::milliseconds(1), (deadline - Clock::now()) / 8);
+    for (;;) {
+      RequestMissing();
+      const auto until = std::min(deadline, Clock::now() + interval);
+      // Repairs come without "last" flags: wait for completeness or the deadline only.
+      const PhaseEnd end = Wait(until, std::chrono::hours(24));
+      if (end == PhaseEnd::kComplete) return end;
+      if (Clock::now() >= deadline) return PhaseEnd::kDeadline;
+    }
+  }
+
+  void RequestMissing() {
+    std::vector<std::pair<int, std::vector<ByteRange>>> requests;
+    {
+      std::lock_guard<std::mutex> lock(owner_->mu_);
+      for (const Region& r : posted_->regions) {
+        std::vector<ByteRange> missing;
+        size_t next = 0;
+        for (const auto& [begin, end] : r.arrived) {
+          if (begin > next) missing.push_back({next, begin});
+          next = std::max(next, end);
+        }
+        if (next < r.spec.nbytes) missing.push_back({next, r.spec.nbytes});
+        if (!missing.empty()) requests.emplace_back(r.spec.peer, std::move(missing));
+      }
+    }
+    if (repair_) {
+      for (const auto& [peer, missing] : requests) repair_(peer, op_, missing);
+    }
+  }
+
+  std::vector<ByteRange> Arrived(size_t index) const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    std::vector<ByteRange> out;
+    if (index >= posted_->regions.size()) return out;
+    for (const auto& [begin, end] : posted_->regions[index].arrived) out.push_back({begin, end});
+    return out;
+  }
+
+ private:
+  BoundedReceiver* owner_;
+  const uint64_t op_;
+  std::unique_ptr<Posted> posted_;
+  RepairRequest repair_;
+};
+
+BoundedReceiver::BoundedReceiver() : BoundedReceiver(Options()) {}
+BoundedReceiver::BoundedReceiver(const Options& options) : options_(options) {}
+BoundedReceiver::~BoundedReceiver() = default;
+
+std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
+                                                      std::vector<BoundedRegion> regions,
+                                                      RepairRequest repair) {
+  auto posted = std::make_unique<Posted>();
+  for (const BoundedRegion& spec : regions) posted->regions.push_back(Region{spec, {}, 0, false});
+  posted->last_arrival = Clock::now();
+  std::lock_guard<std::mutex> lock(mu_);
+  // An op id closed long ago may be reused only after it left the history; reopening it
+  // means a new operation with the same id, so forget that it was closed.
+  if (closed_.erase(op) > 0) {
+    closed_order_.erase(std::find(closed_order_.begin(), closed_order_.end(), op));
+  }
+  posted_[op] = posted.get();
+  auto it = staged_.find(op);
+  if (it != staged_.end()) {
+    for (const Staged& s : it->second) {
+      staged_bytes_ -= s.bytes.size();
+      ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last);
+    }
+    staged_.erase(it);
+    staged_order_.erase(std::find(staged_order_.begin(), staged_order_.end(), op));
+  }
+  return std::make_unique<Receive>(this, op, std::move(posted), std::move(repair));
+}
+
+void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data,
+                                  size_t len, bool last) {
+  Region* region = nullptr;
+  for (Region& r : posted.regions) {
+    if (r.spec.peer == src) region = &r;
+  }
+  if (region == nullptr) {
+    counters_.unknown_peer_packets++;
+    return;
+  }
+  if (offset > region->spec.nbytes || len > region->spec.nbytes - offset) {
+    counters_.out_of_bounds_packets++;
+    return;
+  }
+  if (last) region->last_seen = true;
+  posted.last_arrival = Clock::now();
+  if (len == 0) return;
+  std::memcpy(static_cast<char*>(region->spec.dst) + offset, data, len);
+  counters_.applied_packets++;
+  // Merge [offset, offset + len) into the arrived set, counting only new bytes.
+  size_t begin = offset, end = offset + len;
+  auto it = region->arrived.upper_bound(begin);
+  if (it != region->arrived.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second >= begin) {
+      it = prev;
+    }
+  }
+  size_t overlap = 0;
+  while (it != region->arrived.end() && it->first <= end) {
+    overlap += std::min(end, it->second) - std::max(begin, it->first);
+    begin = std::min(begin, it->first);
+    end = std::max(end, it->second);
+    it = region->arrived.erase(it);
+  }
+  region->arrived.emplace(begin, end);
+  region->bytes += len - overlap;
+  counters_.duplicate_bytes += overlap;
+  posted.progress++;
+  cv_.notify_all();
+}
+
+void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
+                             size_t len, bool last) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = posted_.find(op);
+  if (it != posted_.end()) {
+    ApplyLocked(*it->second, src, offset, data, len, last);
+    return;
+  }
+  if (closed_.contains(op)) {
+    counters_.stale_packets++;
+    return;
+  }
+  // Not posted yet: stage, evicting the oldest staged operations beyond the budget.
+  while (staged_bytes_ + len > options_.staging_bytes && !staged_order_.empty()) {
+    const uint64_t victim = staged_order_.front();
+    staged_order_.pop_front();
+    for (const Staged& s : staged_[victim]) {
+      staged_bytes_ -= s.bytes.size();
+      counters_.staging_overflow_packets++;
+    }
+    staged_.erase(victim);
+  }
+  if (staged_bytes_ + len > options_.staging_bytes) {
+    counters_.staging_overflow_packets++;
+    return;
+  }
+  auto& list = staged_[op];
+  if (list.empty()) staged_order_.push_back(op);
+  const char* p = static_cast<const char*>(data);
+  list.push_back(Staged{src, offset, last, std::vector<char>(p, p + len)});
+  staged_bytes_ += len;
+  counters_.staged_packets++;
+}
+
+void BoundedReceiver::CloseLocked(uint64_t op) {
+  posted_.erase(op);
+  if (closed_.insert(op).second) {
+    closed_order_.push_back(op);
+    while (closed_order_.size() > options_.closed_history) {
+      closed_.erase(closed_order_.front());
+      closed_order_.pop_front();
+    }
+  }
+}
+
+BoundedReceiverCounters BoundedReceiver::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return counters_;
+}
+
+void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nbytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto& list = sources_[op];
+  for (auto& [p, source] : list) {
+    if (p == peer) {
+      source = Source{static_cast<const char*>(src), nbytes, nullptr};
+      return;
+    }
+  }
+  list.emplace_back(peer, Source{static_cast<const char*>(src), nbytes, nullptr});
+}
+
+void BoundedSources::Detach(uint64_t op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sources_.find(op);
+  if (it == sources_.end()) return;
+  for (auto& [peer, source] : it->second) {
+    if (source.owned) continue;
+    source.owned = std::make_shared<std::vector<char>>(source.src, source.src + source.nbytes);
+    source.src = source.owned->data();
+    detached_bytes_ += source.nbytes;
+  }
+  detached_order_.push_back(op);
+  while (detached_bytes_ > budget_ && !detached_order_.empty()) {
+    const uint64_t victim = detached_order_.front();
+    detached_order_.pop_front();
+    auto v = sources_.find(victim);
+    if (v == sources_.end()) continue;
+    for (auto& [peer, source] : v->second) {
+      if (source.owned) detached_bytes_ -= source.nbytes;
+    }
+    sources_.erase(v);
+  }
+}
+
+bool BoundedSources::With(uint64_t op, int peer,
+                          const std::function<void(const char*, size_t)>& fn) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sources_.find(op);
+  if (it == sources_.end()) return false;
+  for (const auto& [p, source] : it->second) {
+    if (p == peer) {
+      fn(source.src, source.nbytes);
+      return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace transport
+}  // namespace optireduce

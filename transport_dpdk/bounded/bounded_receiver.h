@@ -1,0 +1,124 @@
+// The receive side of the bounded service, independent of how packets travel.
+//
+// The I/O path (the protocol engine, or an in-process test hub) calls OnData for every
+// payload of a bounded operation; algorithms post receives and wait on them through the
+// optireduce::BoundedReceive interface. This class owns the state machine:
+//   not posted --(Post)--> posted --(receive destroyed)--> closed
+// Payloads for a posted op land in place by offset; for an op not posted yet they go to a
+// bounded staging area (a fast peer, no barrier) and are applied at Post; for a closed op
+// (a straggler's late packets) they are dropped and counted, never written.
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "algorithms/bounded_channel.h"
+
+namespace optireduce {
+namespace transport {
+
+struct BoundedReceiverCounters {
+  uint64_t applied_packets = 0;
+  uint64_t staged_packets = 0;
+  uint64_t stale_packets = 0;         // op already closed
+  uint64_t out_of_bounds_packets = 0; // offset/length outside the posted region
+  uint64_t unknown_peer_packets = 0;  // op posted, but no region for this sender
+  uint64_t staging_overflow_packets = 0;
+  uint64_t duplicate_bytes = 0;
+};
+
+class BoundedReceiver {
+ public:
+  // Asks `peer` to send the `missing` ranges of `op` again.
+  using RepairRequest =
+      std::function<void(int peer, uint64_t op, const std::vector<ByteRange>& missing)>;
+
+  struct Options {
+    size_t staging_bytes = 64 << 20;
+    size_t closed_history = 8192;
+  };
+
+  BoundedReceiver();
+  explicit BoundedReceiver(const Options& options);
+  ~BoundedReceiver();
+
+  std::unique_ptr<BoundedReceive> Post(uint64_t op, std::vector<BoundedRegion> regions,
+                                       RepairRequest repair);
+
+  // One payload of `op` from `src`: bytes [offset, offset + len) of that sender's region.
+  void OnData(uint64_t op, int src, uint64_t offset, const void* data, size_t len, bool last);
+
+  BoundedReceiverCounters counters() const;
+
+ private:
+  class Receive;
+  struct Region {
+    BoundedRegion spec;
+    std::map<size_t, size_t> arrived;  // begin -> end, disjoint, merged
+    size_t bytes = 0;
+    bool last_seen = false;
+  };
+  struct Posted {
+    std::vector<Region> regions;
+    BoundedClock::time_point last_arrival;
+    uint64_t progress = 0;  // bumps on every applied payload
+  };
+  struct Staged {
+    int src;
+    uint64_t offset;
+    bool last;
+    std::vector<char> bytes;
+  };
+
+  void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
+                   bool last);
+  void CloseLocked(uint64_t op);
+
+  const Options options_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  absl::flat_hash_map<uint64_t, Posted*> posted_;
+  absl::flat_hash_map<uint64_t, std::vector<Staged>> staged_;
+  std::deque<uint64_t> staged_order_;
+  size_t staged_bytes_ = 0;
+  absl::flat_hash_set<uint64_t> closed_;
+  std::deque<uint64_t> closed_order_;
+  BoundedReceiverCounters counters_;
+};
+
+// The send side's memory for repairs: which sources of which operations are still valid.
+// Sources start as the caller's memory; Detach copies them into owned memory, kept within
+// a byte budget (the oldest detached operations are forgotten first).
+class BoundedSources {
+ public:
+  explicit BoundedSources(size_t detached_budget_bytes = 128 << 20)
+      : budget_(detached_budget_bytes) {}
+  void Register(uint64_t op, int peer, const void* src, size_t nbytes);
+  void Detach(uint64_t op);
+  // Calls fn(src, nbytes) while the source is guaranteed valid; false if it is gone.
+  bool With(uint64_t op, int peer, const std::function<void(const char*, size_t)>& fn) const;
+
+ private:
+  struct Source {
+    const char* src;
+    size_t nbytes;
+    std::shared_ptr<std::vector<char>> owned;  // set once detached
+  };
+  const size_t budget_;
+  mutable std::mutex mu_;
+  absl::flat_hash_map<uint64_t, std::vector<std::pair<int, Source>>> sources_;
+  std::deque<uint64_t> detached_order_;
+  size_t detached_bytes_ = 0;
+};
+
+}  // namespace transport
+}  // namespace optireduce
