@@ -59,8 +59,8 @@ void AllreduceBench::Refill() {
   }
 }
 
-void AllreduceBench::Run(OpStats* stats) {
-  *stats = OpStats{};
+void AllreduceBench::Run(IterationStats* stats) {
+  *stats = IterationStats{};
   if (old_style_) {
     old_style_->run();
     return;

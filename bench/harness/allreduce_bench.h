@@ -11,7 +11,7 @@
 #include <gloo/algorithm.h>
 #include <gloo/context.h>
 
-#include "bench/harness/op_stats.h"
+#include "bench/harness/iteration_stats.h"
 
 namespace optireduce {
 namespace bench {
@@ -26,7 +26,7 @@ class AllreduceBench {
   // otherwise grow by a factor of `size` per iteration and overflow to inf).
   void Refill();
   // One allreduce.
-  void Run(OpStats* stats);
+  void Run(IterationStats* stats);
 
   struct Check {
     size_t mismatches = 0;

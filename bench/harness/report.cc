@@ -40,7 +40,7 @@ Summary Summarize(const SizeResult& r) {
   s.gbps = total_secs > 0 ? double(r.bytes) * v.size() / total_secs / (1024.0 * 1024 * 1024) : 0;
   double loss = 0;
   std::map<std::string, int> counts;
-  for (const OpStats& st : r.stats) {
+  for (const IterationStats& st : r.stats) {
     loss += st.loss_fraction;
     if (st.phase_timeouts != "-") counts[st.phase_timeouts]++;
   }

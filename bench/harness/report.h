@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "bench/harness/op_stats.h"
+#include "bench/harness/iteration_stats.h"
 #include "bench/harness/options.h"
 
 namespace optireduce {
@@ -15,7 +15,7 @@ struct SizeResult {
   size_t elements = 0;
   size_t bytes = 0;                // per buffer
   std::vector<int64_t> nanos;      // per iteration, rank 0's samples (as Gloo reports)
-  std::vector<OpStats> stats;      // per iteration, same order
+  std::vector<IterationStats> stats;      // per iteration, same order
   double rel_error = 0;            // of the verified run, max over ranks (0: not verified)
   bool verified = false;
   int threads = 1;

@@ -11,7 +11,7 @@ namespace bench {
 // compensation) and fill `stats` from its per-operation statistics (loss fraction, which
 // timeout ended each phase). Until then this is TAR with Hadamard kAuto over whatever
 // transport the context uses: reliable, so the loss is 0 and no timeout fires.
-void RunOptiReduce(const OptiReduceCall& call, OpStats* stats) {
+void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
   optireduce::AllreduceOptions opts(call.context);
   opts.setInputs(call.buffers, call.elements);
   opts.setOutputs(call.buffers, call.elements);
@@ -21,7 +21,7 @@ void RunOptiReduce(const OptiReduceCall& call, OpStats* stats) {
   opts.setTimeout(call.timeout);
   opts.setHadamard(AllreduceOptions::Hadamard::kAuto);
   optireduce::allreduce(opts);
-  *stats = OpStats{};
+  *stats = IterationStats{};
 }
 
 }  // namespace bench

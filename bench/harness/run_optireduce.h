@@ -10,7 +10,7 @@
 
 #include <gloo/context.h>
 
-#include "bench/harness/op_stats.h"
+#include "bench/harness/iteration_stats.h"
 
 namespace optireduce {
 namespace bench {
@@ -24,7 +24,7 @@ struct OptiReduceCall {
 };
 
 // Runs one allreduce (float sum, in place over all buffers) and fills `stats`.
-void RunOptiReduce(const OptiReduceCall& call, OpStats* stats);
+void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats);
 
 }  // namespace bench
 }  // namespace optireduce

@@ -145,7 +145,7 @@ struct Rendezvous {
 
 struct Batch {
   std::vector<int64_t> nanos;
-  std::vector<OpStats> stats;
+  std::vector<IterationStats> stats;
 };
 
 class RankRunner {
@@ -210,7 +210,7 @@ class RankRunner {
               const double ms = straggler_->Draw(rng);
               std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));
             }
-            OpStats st;
+            IterationStats st;
             const auto start = Clock::now();
             benches[t]->Run(&st);
             b.nanos.push_back(

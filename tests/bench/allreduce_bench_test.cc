@@ -26,7 +26,7 @@ std::shared_ptr<gloo::Context> OneRankContext() {
 
 TEST(AllreduceBenchVerify, PassesExactAndRoundedResults) {
   AllreduceBench b("transpose", OneRankContext(), 1000, 2, std::chrono::seconds(10));
-  OpStats st;
+  IterationStats st;
   b.Run(&st);
   AllreduceBench::Check c = b.Verify(20);
   EXPECT_EQ(c.mismatches, 0u);
@@ -39,7 +39,7 @@ TEST(AllreduceBenchVerify, PassesExactAndRoundedResults) {
 
 TEST(AllreduceBenchVerify, ReportsWrongElementsAndNaN) {
   AllreduceBench b("allreduce_ring", OneRankContext(), 5000, 1, std::chrono::seconds(10));
-  OpStats st;
+  IterationStats st;
   b.Run(&st);
   b.buffer(0)[42] += 1.0f;
   b.buffer(0)[4999] = NAN;

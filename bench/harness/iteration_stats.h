@@ -1,5 +1,6 @@
-// What one allreduce reports besides its time. Reliable algorithms leave the defaults;
-// OptiReduce's bounded mode fills them from its per-operation statistics.
+// What one timed allreduce reports besides its time. Reliable algorithms leave the
+// defaults; RunOptiReduce fills it from optireduce::OpStats (algorithms/op_stats.h):
+// loss_pct / 100, and each phase's PhaseEnd.
 #pragma once
 
 #include <string>
@@ -7,7 +8,7 @@
 namespace optireduce {
 namespace bench {
 
-struct OpStats {
+struct IterationStats {
   double loss_fraction = 0;  // share of the gradient bytes that did not arrive (0..1)
   // Which timeout ended each phase, e.g. "early/hard"; "-" when none fired.
   std::string phase_timeouts = "-";
