@@ -1,5 +1,8 @@
 #include "bench/local_ranks.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/wait.h>
@@ -17,20 +20,88 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
+// Transports on their own branches plug in here once their code is in the library.
+#if __has_include("transport_dpdk/device.h")
+#include "transport_dpdk/device.h"
+#define OPTIREDUCE_BENCH_HAVE_UDP 1
+#endif
+#if __has_include("transport_dpdk/dpdk_device.h")
+#include "transport_dpdk/dpdk_device.h"
+#define OPTIREDUCE_BENCH_HAVE_DPDK 1
+#endif
+
 namespace optireduce {
 namespace bench {
+namespace {
 
-std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport) {
-  if (transport == "tcp") {
-    gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
-    return gloo::transport::tcp::CreateDevice(attr);
+// The first IPv4 address of `iface`; throws naming the interface if it has none.
+std::string Ipv4OfInterface(const std::string& iface) {
+  struct ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) throw std::runtime_error("getifaddrs failed");
+  std::string found;
+  for (auto* it = list; it != nullptr; it = it->ifa_next) {
+    if (it->ifa_addr == nullptr || it->ifa_addr->sa_family != AF_INET) continue;
+    if (iface != it->ifa_name) continue;
+    char buf[INET_ADDRSTRLEN];
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(it->ifa_addr)->sin_addr, buf, sizeof(buf));
+    found = buf;
+    break;
   }
-  throw std::invalid_argument("unknown transport '" + transport + "' (allowed: tcp)");
+  freeifaddrs(list);
+  if (found.empty()) throw std::invalid_argument("interface '" + iface + "' has no IPv4 address");
+  return found;
 }
 
-int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
-                  const std::function<int(const RankEnv&)>& body) {
+}  // namespace
+
+std::string AvailableTransports() {
+  std::string s = "tcp";
+#ifdef OPTIREDUCE_BENCH_HAVE_UDP
+  s += ", udp";
+#endif
+#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+  s += ", dpdk";
+#endif
+  return s;
+}
+
+std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
+  if (spec.transport == "tcp") {
+    gloo::transport::tcp::attr attr;
+    if (!spec.iface.empty()) attr.iface = spec.iface;
+    else if (!spec.hostname.empty()) attr.hostname = spec.hostname;
+    return gloo::transport::tcp::CreateDevice(attr);
+  }
+#ifdef OPTIREDUCE_BENCH_HAVE_UDP
+  if (spec.transport == "udp") {
+    optireduce::transport::udp::attr attr;
+    attr.hostname = !spec.iface.empty() ? Ipv4OfInterface(spec.iface)
+                    : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
+    attr.engine.busy_poll = spec.busy_poll;
+    return optireduce::transport::udp::CreateDevice(attr);
+  }
+#endif
+#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+  if (spec.transport == "dpdk") {
+    optireduce::transport::dpdk::attr attr;
+    return optireduce::transport::dpdk::CreateDevice(attr);
+  }
+#endif
+  (void)&Ipv4OfInterface;
+  throw std::invalid_argument("transport '" + spec.transport +
+                              "' is not available in this build (allowed: " +
+                              AvailableTransports() + ")");
+}
+
+std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport) {
+  DeviceSpec spec;
+  spec.transport = transport;
+  spec.hostname = "127.0.0.1";
+  return MakeDevice(spec);
+}
+
+int ForkLocalRanks(int size, int limit_seconds,
+                   const std::function<int(int rank, const std::string& dir)>& body) {
   char tmpl[] = "/tmp/optireduce-bench-XXXXXX";
   if (mkdtemp(tmpl) == nullptr) {
     std::perror("mkdtemp");
@@ -49,12 +120,7 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     if (pid == 0) {
       int status = 1;
       try {
-        gloo::rendezvous::FileStore store(dir);
-        auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-        context->setTimeout(std::chrono::seconds(limit_seconds));
-        auto device = MakeDevice(transport);
-        context->connectFullMesh(store, device);
-        status = body(RankEnv{rank, size, context});
+        status = body(rank, dir);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", rank, e.what());
       }
@@ -76,12 +142,28 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-      if (result == 0) result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      // A rank that failed makes the others fail by timeout; end them now.
+      if (result == 0) {
+        result = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+        for (size_t j = i + 1; j < pids.size(); j++) kill(pids[j], SIGTERM);
+      }
     }
   }
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
   return result;
+}
+
+int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
+                  const std::function<int(const RankEnv&)>& body) {
+  return ForkLocalRanks(size, limit_seconds, [&](int rank, const std::string& dir) {
+    gloo::rendezvous::FileStore store(dir);
+    auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+    context->setTimeout(std::chrono::seconds(limit_seconds));
+    auto device = MakeDevice(transport);
+    context->connectFullMesh(store, device);
+    return body(RankEnv{rank, size, context});
+  });
 }
 
 }  // namespace bench

@@ -1,5 +1,6 @@
 // Launches N ranks of a benchmark as local processes (fork) that rendezvous through a
-// FileStore in a temporary directory — no Redis needed on one host.
+// FileStore in a temporary directory — no Redis needed on one host — and makes the
+// transport devices every bench program uses (the one place a transport is plugged in).
 #pragma once
 
 #include <functional>
@@ -23,8 +24,31 @@ struct RankEnv {
 int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
                   const std::function<int(const RankEnv&)>& body);
 
-// A device of the named transport for this rank ("tcp"; more as they land).
+// The process part of RunLocalRanks: forks `size` children that each run body(rank, dir)
+// with `dir` a fresh temporary directory (removed afterwards) for a FileStore, and waits
+// for them as RunLocalRanks does. SIGINT/SIGTERM to the parent reach the children through
+// the process group; children are killed if the parent's wait ends early.
+int ForkLocalRanks(int size, int limit_seconds,
+                   const std::function<int(int rank, const std::string& dir)>& body);
+
+// Which device to make. `iface` (tcp: the interface Gloo binds to; udp/dpdk: the
+// interface whose IPv4 address is used) wins over `hostname` when both are set; neither
+// set means Gloo's default for tcp (the address of the machine's host name) and
+// 127.0.0.1 for udp.
+struct DeviceSpec {
+  std::string transport = "tcp";  // tcp, udp (when built in), dpdk (when built in)
+  std::string hostname;
+  std::string iface;
+  bool busy_poll = false;
+};
+
+// Throws std::invalid_argument naming the transport and the allowed ones when it is not
+// available in this build, and whatever the transport throws when it cannot be created.
+std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec);
+// The local-ranks device: the transport on 127.0.0.1.
 std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport);
+// Transports this build can make ("tcp", plus "udp"/"dpdk" when their code is in).
+std::string AvailableTransports();
 
 }  // namespace bench
 }  // namespace optireduce

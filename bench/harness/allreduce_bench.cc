@@ -1,0 +1,128 @@
+#include "bench/harness/allreduce_bench.h"
+
+#include <cmath>
+#include <cstring>
+
+#include <gloo/allreduce.h>
+#include <gloo/allreduce_bcube.h>
+#include <gloo/allreduce_halving_doubling.h>
+#include <gloo/allreduce_ring.h>
+#include <gloo/allreduce_ring_chunked.h>
+#include <gloo/common/logging.h>
+#include <gloo/math.h>
+
+#include "absl/strings/str_format.h"
+#include "algorithms/allreduce.h"
+#include "bench/harness/run_optireduce.h"
+
+namespace optireduce {
+namespace bench {
+namespace {
+using RawFunc = void (*)(void*, const void*, const void*, size_t);
+constexpr uint32_t kTag = 0x0b;
+}  // namespace
+
+AllreduceBench::AllreduceBench(const std::string& name, std::shared_ptr<gloo::Context> context,
+                               size_t elements, int inputs, std::chrono::milliseconds timeout)
+    : name_(name), context_(std::move(context)), elements_(elements), timeout_(timeout) {
+  buffers_.resize(inputs);
+  for (auto& b : buffers_) {
+    b.resize(elements);
+    ptrs_.push_back(b.data());
+  }
+  Refill();
+  const int count = static_cast<int>(elements);
+  if (name == "allreduce_ring") {
+    old_style_.reset(new gloo::AllreduceRing<float>(context_, ptrs_, count));
+  } else if (name == "allreduce_ring_chunked") {
+    old_style_.reset(new gloo::AllreduceRingChunked<float>(context_, ptrs_, count));
+  } else if (name == "allreduce_halving_doubling") {
+    old_style_.reset(new gloo::AllreduceHalvingDoubling<float>(context_, ptrs_, count));
+  } else if (name == "allreduce_bcube") {
+    old_style_.reset(new gloo::AllreduceBcube<float>(context_, ptrs_, count));
+  } else {
+    GLOO_ENFORCE(name == "allreduce" || name == "transpose" || name == "optireduce",
+                 "unknown benchmark '", name, "'");
+  }
+}
+
+// Small exact values: every partial sum is an exactly representable float, so the only
+// differences from the exact sum come from the algorithm (e.g. the Hadamard rotation).
+float AllreduceBench::Pattern(int rank, int input, size_t i) const {
+  return static_cast<float>((rank + 1) * (input + 1)) + 0.25f * static_cast<float>(i % 17);
+}
+
+void AllreduceBench::Refill() {
+  for (size_t k = 0; k < buffers_.size(); k++) {
+    float* p = buffers_[k].data();
+    for (size_t i = 0; i < elements_; i++) p[i] = Pattern(context_->rank, int(k), i);
+  }
+}
+
+void AllreduceBench::Run(IterationStats* stats) {
+  *stats = IterationStats{};
+  if (old_style_) {
+    old_style_->run();
+    return;
+  }
+  if (name_ == "allreduce") {
+    gloo::AllreduceOptions opts(context_);
+    opts.setInputs(ptrs_, elements_);
+    opts.setOutputs(ptrs_, elements_);
+    opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+    opts.setTag(kTag);
+    opts.setTimeout(timeout_);
+    gloo::allreduce(opts);
+  } else if (name_ == "transpose") {
+    optireduce::AllreduceOptions opts(context_);
+    opts.setInputs(ptrs_, elements_);
+    opts.setOutputs(ptrs_, elements_);
+    opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+    opts.setTag(kTag);
+    opts.setTimeout(timeout_);
+    opts.setHadamard(AllreduceOptions::Hadamard::kOff);
+    optireduce::allreduce(opts);
+  } else {
+    OptiReduceCall call;
+    call.context = context_;
+    call.buffers = ptrs_;
+    call.elements = elements_;
+    call.tag = kTag;
+    call.timeout = timeout_;
+    RunOptiReduce(call, stats);
+  }
+}
+
+AllreduceBench::Check AllreduceBench::Verify(size_t max_errors) const {
+  const int n = context_->size;
+  const int k_inputs = static_cast<int>(buffers_.size());
+  // want(i) = sum_r sum_k Pattern(r, k, i) = (sum_r (r+1)) (sum_k (k+1)) + n K 0.25 (i % 17)
+  const double base = (n * (n + 1) / 2.0) * (k_inputs * (k_inputs + 1) / 2.0);
+  auto want = [&](size_t i) { return base + n * k_inputs * 0.25 * double(i % 17); };
+  double sum_sq = 0;
+  for (size_t i = 0; i < 17 && i < elements_; i++) sum_sq += want(i) * want(i);
+  const double rms = std::sqrt(sum_sq / double(std::min<size_t>(17, elements_)));
+  Check c;
+  double err_sq = 0, want_sq = 0;
+  for (int k = 0; k < k_inputs; k++) {
+    const float* p = buffers_[k].data();
+    for (size_t i = 0; i < elements_; i++) {
+      const double w = want(i), d = double(p[i]) - w;
+      err_sq += d * d;
+      want_sq += w * w;
+      if (!(std::fabs(d) <= 1e-4 * std::max(std::fabs(w), rms))) {
+        c.mismatches++;
+        if (c.errors.size() < max_errors) {
+          c.errors.push_back(absl::StrFormat("rank %d input %d element %zu: got %.6g, expected %.6g",
+                                             context_->rank, k, i, p[i], w));
+        }
+      }
+    }
+  }
+  c.rel_error = want_sq > 0 ? std::sqrt(err_sq / want_sq) : 0;
+  if (!std::isfinite(c.rel_error)) c.rel_error = INFINITY;
+  return c;
+}
+
+}  // namespace bench
+}  // namespace optireduce

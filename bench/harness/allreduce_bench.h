@@ -1,0 +1,58 @@
+// One benchmark instance: an allreduce algorithm bound to a context and its buffers
+// (--inputs float buffers of --elements each), with the harness's test pattern and its
+// verification.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/algorithm.h>
+#include <gloo/context.h>
+
+#include "bench/harness/iteration_stats.h"
+
+namespace optireduce {
+namespace bench {
+
+class AllreduceBench {
+ public:
+  // Throws gloo::EnforceNotMet for an unknown name (the options parser rejects those first).
+  AllreduceBench(const std::string& name, std::shared_ptr<gloo::Context> context,
+                 size_t elements, int inputs, std::chrono::milliseconds timeout);
+
+  // Restores the test pattern (untimed, before each iteration: in-place sums would
+  // otherwise grow by a factor of `size` per iteration and overflow to inf).
+  void Refill();
+  // One allreduce.
+  void Run(IterationStats* stats);
+
+  struct Check {
+    size_t mismatches = 0;
+    std::vector<std::string> errors;  // at most `max_errors` descriptions
+    double rel_error = 0;             // ||got - want||_2 / ||want||_2 over all buffers
+  };
+  // Compares the buffers with the exact sum of every rank's pattern. Float sums are not
+  // associative, and Hadamard rotates the data: an element passes when it is within
+  // 1e-4 of max(|want|, rms(want)).
+  Check Verify(size_t max_errors) const;
+
+  size_t bytes() const { return elements_ * sizeof(float); }
+  // Buffer k (for tests that tamper with a result).
+  float* buffer(int k) { return buffers_.at(k).data(); }
+
+ private:
+  float Pattern(int rank, int input, size_t i) const;
+
+  const std::string name_;
+  const std::shared_ptr<gloo::Context> context_;
+  const size_t elements_;
+  const std::chrono::milliseconds timeout_;
+  std::vector<std::vector<float>> buffers_;
+  std::vector<float*> ptrs_;
+  std::unique_ptr<gloo::Algorithm> old_style_;  // ring, ring_chunked, halving_doubling, bcube
+};
+
+}  // namespace bench
+}  // namespace optireduce

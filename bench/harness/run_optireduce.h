@@ -1,0 +1,30 @@
+// The `optireduce` benchmark's single entry point. Everything the harness knows about the
+// OptiReduce algorithm goes through RunOptiReduce, so switching the benchmark to the
+// bounded mode is an edit of run_optireduce.cc only.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <gloo/context.h>
+
+#include "bench/harness/iteration_stats.h"
+
+namespace optireduce {
+namespace bench {
+
+struct OptiReduceCall {
+  std::shared_ptr<gloo::Context> context;
+  std::vector<float*> buffers;  // inputs; every one holds the sum afterwards
+  size_t elements = 0;          // per buffer
+  uint32_t tag = 0;
+  std::chrono::milliseconds timeout{300000};
+};
+
+// Runs one allreduce (float sum, in place over all buffers) and fills `stats`.
+void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats);
+
+}  // namespace bench
+}  // namespace optireduce

@@ -1,0 +1,247 @@
+"""A one-host "cloud": ranks in network namespaces joined by veth pairs to a Linux bridge,
+with injected loss (tc eBPF random drop), rate limits (tbf), background allreduce traffic
+and stragglers. Needs root, iproute2 and (for loss) clang.
+
+Everything a Lab creates is named with its prefix ``orl-<pid>-`` (namespaces) or
+``orl<pid>`` (links while they are in the root namespace) and is removed by close(), which
+runs on normal exit, on exceptions, on SIGINT/SIGTERM (see install_signal_handlers) and
+at interpreter exit; ``cleanup_leftovers()`` removes anything a killed lab left behind.
+
+Topology (the bridge has its own namespace, so nothing touches the root namespace's
+addresses or routes, and several labs can run at once):
+
+    orl-<pid>-0 [eth0 10.201.0.1] --veth-- [p0] \
+    orl-<pid>-1 [eth0 10.201.0.2] --veth-- [p1]  br0   (namespace orl-<pid>-br)
+    ...                                        /
+"""
+
+import atexit
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+NS_PREFIX = "orl-"
+LINK_PREFIX = "orl"
+SUBNET = "10.201.0"
+
+
+def run(cmd, check=True, **kw):
+    """Runs a command (list); raises with its stderr when it fails and check is set."""
+    p = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **kw)
+    if check and p.returncode != 0:
+        raise RuntimeError("command failed (%d): %s\n%s" % (p.returncode, " ".join(cmd), p.stderr.strip()))
+    return p
+
+
+def namespaces():
+    out = run(["ip", "netns", "list"], check=False).stdout
+    return [line.split()[0] for line in out.splitlines() if line.strip()]
+
+
+def root_links():
+    out = run(["ip", "-o", "link", "show"], check=False).stdout
+    names = []
+    for line in out.splitlines():
+        m = re.match(r"\d+: ([^:@]+)", line)
+        if m:
+            names.append(m.group(1))
+    return names
+
+
+def _kill_namespace_processes(ns):
+    pids = run(["ip", "netns", "pids", ns], check=False).stdout.split()
+    for pid in pids:
+        try:
+            os.kill(int(pid), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+def cleanup_leftovers(owner_pid=None):
+    """Removes namespaces and root-namespace links of labs (all, or one owner's).
+    Returns the names removed."""
+    ns_pat = re.compile(r"^%s(\d+)-" % re.escape(NS_PREFIX))
+    link_pat = re.compile(r"^%s(\d+)[ab]\d+$" % re.escape(LINK_PREFIX))
+    removed = []
+    for ns in namespaces():
+        m = ns_pat.match(ns)
+        if m and (owner_pid is None or int(m.group(1)) == owner_pid):
+            _kill_namespace_processes(ns)
+            run(["ip", "netns", "del", ns], check=False)
+            removed.append(ns)
+    for link in root_links():
+        m = link_pat.match(link)
+        if m and (owner_pid is None or int(m.group(1)) == owner_pid):
+            run(["ip", "link", "del", link], check=False)
+            removed.append(link)
+    return removed
+
+
+def _bpf_include_flags():
+    flags = []
+    for d in ("/usr/include/x86_64-linux-gnu", "/usr/include/aarch64-linux-gnu"):
+        if os.path.isdir(os.path.join(d, "asm")):
+            flags.append("-I" + d)
+    return flags
+
+
+class Lab:
+    """N ranks in namespaces on one bridge. Use as a context manager."""
+
+    def __init__(self, ranks, tag=None):
+        if os.geteuid() != 0:
+            raise PermissionError("the lab needs root (network namespaces, veth, tc)")
+        if not 2 <= ranks <= 200:
+            raise ValueError("ranks must be 2..200, got %d" % ranks)
+        self.ranks = ranks
+        self.pid = os.getpid()
+        self.tag = tag if tag is not None else "%d" % self.pid
+        self.ns = ["%s%s-%d" % (NS_PREFIX, self.tag, i) for i in range(ranks)]
+        self.bridge_ns = "%s%s-br" % (NS_PREFIX, self.tag)
+        self.ips = ["%s.%d" % (SUBNET, i + 1) for i in range(ranks)]
+        self.procs = []
+        self.tmp = tempfile.mkdtemp(prefix="orl-lab-")
+        self._closed = False
+        self._bpf_objs = {}
+        atexit.register(self.close)
+        try:
+            self._build()
+        except BaseException:
+            self.close()
+            raise
+
+    # ---- topology -------------------------------------------------------------------
+    def _build(self):
+        run(["ip", "netns", "add", self.bridge_ns])
+        self.ip_in(self.bridge_ns, ["link", "add", "br0", "type", "bridge"])
+        self.ip_in(self.bridge_ns, ["link", "set", "br0", "up"])
+        self.ip_in(self.bridge_ns, ["link", "set", "lo", "up"])
+        for i, ns in enumerate(self.ns):
+            run(["ip", "netns", "add", ns])
+            a = "%s%sa%d" % (LINK_PREFIX, self.tag, i)
+            b = "%s%sb%d" % (LINK_PREFIX, self.tag, i)
+            # Create both ends directly inside their namespaces: nothing is ever left in
+            # the root namespace, even if we are killed between two commands.
+            run(["ip", "link", "add", a, "netns", ns, "type", "veth", "peer", "name", b,
+                 "netns", self.bridge_ns])
+            self.ip_in(ns, ["link", "set", a, "name", "eth0"])
+            self.ip_in(self.bridge_ns, ["link", "set", b, "name", "p%d" % i])
+            self.ip_in(self.bridge_ns, ["link", "set", "p%d" % i, "master", "br0"])
+            self.ip_in(self.bridge_ns, ["link", "set", "p%d" % i, "up"])
+            self.ip_in(ns, ["addr", "add", "%s/24" % self.ips[i], "dev", "eth0"])
+            self.ip_in(ns, ["link", "set", "eth0", "up"])
+            self.ip_in(ns, ["link", "set", "lo", "up"])
+
+    @staticmethod
+    def ip_in(ns, args):
+        return run(["ip", "-n", ns] + args)
+
+    @staticmethod
+    def tc_in(ns, args):
+        return run(["ip", "netns", "exec", ns, "tc"] + args)
+
+    def all_names(self):
+        return self.ns + [self.bridge_ns]
+
+    # ---- knobs ----------------------------------------------------------------------
+    def _drop_obj(self, ppm):
+        if ppm not in self._bpf_objs:
+            obj = os.path.join(self.tmp, "drop_%d.o" % ppm)
+            run(["clang", "-O2", "-target", "bpf"] + _bpf_include_flags() +
+                ["-DDROP_PPM=%d" % ppm, "-c", os.path.join(HERE, "drop.c"), "-o", obj])
+            self._bpf_objs[ppm] = obj
+        return self._bpf_objs[ppm]
+
+    def set_drop(self, rank, prob, direction="both"):
+        """Random loss with probability `prob` on rank's link: 'in' (to the rank),
+        'out' (from the rank) or 'both'."""
+        if not 0 <= prob <= 1:
+            raise ValueError("drop probability must be in [0, 1], got %r" % prob)
+        obj = self._drop_obj(int(round(prob * 1e6)))
+        targets = []
+        if direction in ("in", "both"):
+            targets.append((self.ns[rank], "eth0"))
+        if direction in ("out", "both"):
+            targets.append((self.bridge_ns, "p%d" % rank))
+        if not targets:
+            raise ValueError("direction must be in, out or both, got %r" % direction)
+        for ns, dev in targets:
+            self.tc_in(ns, ["qdisc", "replace", "dev", dev, "clsact"])
+            self.tc_in(ns, ["filter", "replace", "dev", dev, "ingress", "prio", "1", "handle", "1",
+                            "bpf", "da", "obj", obj, "sec", "drop"])
+
+    def set_rate(self, rank, rate, burst="64kb", latency="50ms", direction="both"):
+        """tbf rate limit (e.g. '1gbit') on rank's link."""
+        targets = []
+        if direction in ("in", "both"):
+            targets.append((self.bridge_ns, "p%d" % rank))  # bridge -> rank
+        if direction in ("out", "both"):
+            targets.append((self.ns[rank], "eth0"))  # rank -> bridge
+        for ns, dev in targets:
+            self.tc_in(ns, ["qdisc", "replace", "dev", dev, "root", "tbf", "rate", rate,
+                            "burst", burst, "latency", latency])
+
+    # ---- processes ------------------------------------------------------------------
+    def spawn(self, rank, cmd, stdout=None, stderr=None):
+        """Starts cmd (list) in rank's namespace in its own process group."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[rank]] + cmd, stdout=stdout,
+                             stderr=stderr, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def kill(self, procs=None):
+        procs = self.procs if procs is None else procs
+        for p in procs:
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        deadline = time.time() + 3
+        for p in procs:
+            try:
+                p.wait(max(0.05, deadline - time.time()))
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                p.wait()
+
+    def close(self):
+        """Kills every process and removes every namespace, link and temp file. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.kill()
+        finally:
+            for ns in self.all_names():
+                if ns in namespaces():
+                    _kill_namespace_processes(ns)
+                    run(["ip", "netns", "del", ns], check=False)
+            for link in root_links():
+                if link.startswith("%s%sa" % (LINK_PREFIX, self.tag)) or \
+                        link.startswith("%s%sb" % (LINK_PREFIX, self.tag)):
+                    run(["ip", "link", "del", link], check=False)
+            shutil.rmtree(self.tmp, ignore_errors=True)
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+def install_signal_handlers():
+    """SIGINT and SIGTERM unwind the stack (so every finally/with runs and tears down)."""
+    def handler(signum, frame):
+        raise KeyboardInterrupt("signal %d" % signum)
+    signal.signal(signal.SIGINT, handler)
+    signal.signal(signal.SIGTERM, handler)

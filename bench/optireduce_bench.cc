@@ -1,0 +1,27 @@
+// optireduce-bench: Gloo's benchmark harness for allreduce, with Gloo's flags, plus the
+// optireduce algorithms, loss/relative-error/timeout columns, CSV output, stragglers and
+// --local-ranks. See bench/README.md.
+//
+//   optireduce-bench --local-ranks 4 --elements 1000000 allreduce_ring_chunked
+//   optireduce-bench --size 4 --rank R --shared-path /mnt/rdv --tcp-device eth0 transpose
+#include <cstdio>
+#include <string>
+
+#include "bench/harness/options.h"
+#include "bench/harness/runner.h"
+
+int main(int argc, char** argv) {
+  using namespace optireduce::bench;
+  auto options = ParseBenchOptions(argc, argv);
+  if (!options.ok()) {
+    if (absl::IsNotFound(options.status())) {
+      std::fputs(BenchUsage(argv[0]).c_str(), stdout);
+      return 0;
+    }
+    std::fprintf(stderr, "%s: %s\nTry '%s --help' for more information.\n", argv[0],
+                 std::string(options.status().message()).c_str(), argv[0]);
+    return 2;
+  }
+  if (options->local_ranks > 0) return RunBenchLocal(*options);
+  return RunBenchRank(*options);
+}

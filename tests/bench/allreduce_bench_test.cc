@@ -1,0 +1,94 @@
+// AllreduceBench's verification (a one-rank context, where the allreduce leaves the pattern
+// unchanged) and the straggler distributions.
+#include <cmath>
+#include <memory>
+#include <random>
+
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include "bench/harness/allreduce_bench.h"
+#include "bench/harness/straggler.h"
+#include "bench/local_ranks.h"
+
+namespace optireduce {
+namespace bench {
+namespace {
+
+std::shared_ptr<gloo::Context> OneRankContext() {
+  gloo::rendezvous::HashStore store;
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(0, 1);
+  auto device = MakeDevice("tcp");
+  ctx->connectFullMesh(store, device);
+  return ctx;
+}
+
+TEST(AllreduceBenchVerify, PassesExactAndRoundedResults) {
+  AllreduceBench b("transpose", OneRankContext(), 1000, 2, std::chrono::seconds(10));
+  IterationStats st;
+  b.Run(&st);
+  AllreduceBench::Check c = b.Verify(20);
+  EXPECT_EQ(c.mismatches, 0u);
+  EXPECT_EQ(c.rel_error, 0.0);
+  b.buffer(1)[7] *= 1.0f + 1e-6f;  // rounding-sized error: still correct
+  c = b.Verify(20);
+  EXPECT_EQ(c.mismatches, 0u);
+  EXPECT_GT(c.rel_error, 0.0);
+}
+
+TEST(AllreduceBenchVerify, ReportsWrongElementsAndNaN) {
+  AllreduceBench b("allreduce_ring", OneRankContext(), 5000, 1, std::chrono::seconds(10));
+  IterationStats st;
+  b.Run(&st);
+  b.buffer(0)[42] += 1.0f;
+  b.buffer(0)[4999] = NAN;
+  AllreduceBench::Check c = b.Verify(1);
+  EXPECT_EQ(c.mismatches, 2u);
+  ASSERT_EQ(c.errors.size(), 1u);  // capped at max_errors
+  EXPECT_NE(c.errors[0].find("element 42"), std::string::npos) << c.errors[0];
+  EXPECT_TRUE(std::isinf(c.rel_error) || std::isnan(c.rel_error) || c.rel_error > 0);
+}
+
+TEST(AllreduceBenchVerify, RefillRestoresThePattern) {
+  AllreduceBench b("allreduce", OneRankContext(), 100, 1, std::chrono::seconds(10));
+  b.buffer(0)[3] = 1e30f;
+  b.Refill();
+  EXPECT_EQ(b.Verify(0).mismatches, 0u);
+}
+
+TEST(StragglerDist, ParsesAndDraws) {
+  std::mt19937_64 rng(1);
+  auto c = StragglerDist::Parse("const:3");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->Draw(rng), 3.0);
+  auto e = StragglerDist::Parse("exp:5");
+  ASSERT_TRUE(e.ok());
+  double sum = 0;
+  for (int i = 0; i < 20000; i++) sum += e->Draw(rng);
+  EXPECT_NEAR(sum / 20000, 5.0, 0.3);
+  auto u = StragglerDist::Parse("uniform:2:4");
+  ASSERT_TRUE(u.ok());
+  for (int i = 0; i < 100; i++) {
+    const double x = u->Draw(rng);
+    EXPECT_GE(x, 2.0);
+    EXPECT_LE(x, 4.0);
+  }
+  auto n = StragglerDist::Parse("normal:0:1");
+  ASSERT_TRUE(n.ok());
+  for (int i = 0; i < 100; i++) EXPECT_GE(n->Draw(rng), 0.0);  // clamped
+  auto p = StragglerDist::Parse("pareto:1:2");
+  ASSERT_TRUE(p.ok());
+  for (int i = 0; i < 100; i++) EXPECT_GE(p->Draw(rng), 1.0);
+}
+
+TEST(StragglerDist, RejectsBadSpecs) {
+  for (const char* bad : {"", "exp", "exp:", "exp:-1", "exp:1:2", "uniform:4:2", "pareto:0:1",
+                          "gamma:1", "const:nan", "const:abc"}) {
+    EXPECT_FALSE(StragglerDist::Parse(bad).ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace bench
+}  // namespace optireduce

@@ -1,0 +1,140 @@
+"""optireduce-bench: argument parsing (bad flags -> clear message naming the flag, exit 2)
+and a verified 2-rank smoke run of every algorithm."""
+import csv
+import os
+import subprocess
+
+import pytest
+
+ALGOS = ["allreduce_ring", "allreduce_ring_chunked", "allreduce_halving_doubling",
+         "allreduce_bcube", "allreduce", "transpose", "optireduce"]
+
+
+def run(bench_bin, *args, timeout=120):
+    return subprocess.run([bench_bin] + list(args), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--bogus", "allreduce"], "--bogus"),
+    (["--local-ranks", "2", "allreduce_foo"], "allreduce_foo"),
+    (["--local-ranks", "2"], "missing benchmark"),
+    (["--local-ranks", "2", "allreduce", "transpose"], "more than one benchmark"),
+    (["--local-ranks", "2", "--transport", "ibverbs", "allreduce"], "--transport"),
+    (["--local-ranks", "2", "--transport=rdma", "allreduce"], "tcp"),
+    (["--local-ranks", "2", "--elements", "abc", "allreduce"], "--elements"),
+    (["--local-ranks", "2", "--elements", "0", "allreduce"], "--elements"),
+    (["--local-ranks", "2", "--iteration-time", "2h", "allreduce"], "--iteration-time"),
+    (["--local-ranks", "2", "--sync", "maybe", "allreduce"], "--sync"),
+    (["--local-ranks", "2", "--busy-poll", "true", "allreduce_ring"], "--busy-poll"),
+    (["--local-ranks", "2", "--sync", "true", "transpose"], "--sync"),
+    (["--local-ranks", "2", "--threads", "0", "allreduce"], "--threads"),
+    (["--local-ranks", "2", "--straggler-ms-dist", "weird:1", "allreduce"], "--straggler-ms-dist"),
+    (["--local-ranks", "3", "--base", "2", "allreduce_bcube"], "--base"),
+    (["--local-ranks", "2", "--rank", "0", "allreduce"], "--local-ranks"),
+    (["--size", "2", "allreduce"], "--rank"),
+    (["--size", "2", "--rank", "2", "--shared-path", "/tmp", "allreduce"], "--rank"),
+    (["--size", "2", "--rank", "0", "allreduce"], "rendezvous"),
+    (["--local-ranks", "2", "--ib-device", "mlx5_0", "allreduce"], "ibverbs"),
+    (["--local-ranks", "2", "--elements"], "needs a value"),
+    (["--local-ranks", "2", "--no-verify=1", "allreduce"], "takes no value"),
+])
+def test_bad_flags_exit_2_with_message(bench_bin, args, needle):
+    env = dict(os.environ)
+    env.pop("OPTIREDUCE_REDIS_URL", None)
+    p = subprocess.run([bench_bin] + args, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                       text=True, timeout=30, env=env)
+    assert p.returncode == 2, (p.returncode, p.stderr)
+    assert needle in p.stderr, p.stderr
+    assert "--help" in p.stderr
+
+
+def test_help_lists_algorithms(bench_bin):
+    p = run(bench_bin, "--help")
+    assert p.returncode == 0
+    for algo in ALGOS:
+        assert algo in p.stdout
+
+
+def parse_rows(stdout):
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 11 and parts[0].isdigit():
+            rows.append(parts)
+    return rows
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_smoke_two_ranks_verified(bench_bin, algo, tmp_path):
+    out_csv = tmp_path / "r.csv"
+    p = run(bench_bin, "--local-ranks", "2", "--elements", "1000", "--iteration-count", "3",
+            "--warmup-iters", "1", "--csv", str(out_csv), algo)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "verify=true" in p.stdout
+    rows = parse_rows(p.stdout)
+    assert len(rows) == 1, p.stdout
+    size_b, elements, iterations, loss, rel = rows[0][0], rows[0][1], rows[0][7], rows[0][8], rows[0][9]
+    assert (size_b, elements, iterations) == ("4000", "1000", "3")
+    assert float(loss) == 0.0
+    assert float(rel) < 1e-5
+    with open(out_csv) as f:
+        data = list(csv.DictReader(f))
+    assert len(data) == 1 and data[0]["benchmark"] == algo and data[0]["elements"] == "1000"
+
+
+@pytest.mark.parametrize("algo", ["allreduce_ring_chunked", "allreduce", "transpose", "optireduce"])
+def test_smoke_udp_transport(bench_bin, algo):
+    p = run(bench_bin, "--local-ranks", "2", "--transport", "udp", "--elements", "1000",
+            "--iteration-count", "3", "--warmup-iters", "1", algo)
+    if p.returncode == 2 and "in this build" in p.stderr:
+        pytest.skip("the udp transport is not in this build")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "udp" in p.stdout and len(parse_rows(p.stdout)) == 1
+
+
+def test_inputs_threads_and_odd_sizes(bench_bin):
+    # Several inputs and threads (one context each), an element count that does not divide
+    # evenly among 3 ranks, stragglers.
+    for algo in ["allreduce_ring_chunked", "transpose", "allreduce"]:
+        p = run(bench_bin, "--local-ranks", "3", "--elements", "1001", "--inputs", "2",
+                "--threads", "2", "--iteration-count", "4", "--warmup-iters", "1",
+                "--straggler-ms-dist", "exp:1", algo)
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert len(parse_rows(p.stdout)) == 1
+
+
+def test_sync_busy_poll_old_style(bench_bin):
+    p = run(bench_bin, "--local-ranks", "2", "--elements", "1000", "--iteration-count", "3",
+            "--sync=true", "--busy-poll=true", "allreduce_ring_chunked")
+    assert p.returncode == 0, p.stderr
+    assert len(parse_rows(p.stdout)) == 1
+
+
+def test_shared_path_rendezvous_like_gloo(bench_bin, tmp_path):
+    # Two independent processes with --size/--rank/--shared-path, as Gloo's scripts run it.
+    procs = [subprocess.Popen([bench_bin, "--size", "2", "--rank", str(r), "--shared-path",
+                               str(tmp_path), "--prefix", "t1", "--elements", "500",
+                               "--iteration-time", "100ms", "--tcp-device", "lo",
+                               "allreduce_halving_doubling"],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in range(2)]
+    try:
+        outs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert [p.returncode for p in procs] == [0, 0], outs
+    assert len(parse_rows(outs[0][0])) == 1
+    assert outs[1][0] == ""  # only rank 0 reports
+    assert os.listdir(tmp_path) == []  # key files removed, the path is reusable
+
+
+def test_sweep_default_elements(bench_bin):
+    p = run(bench_bin, "--local-ranks", "2", "--iteration-count", "2", "--warmup-iters", "0",
+            "allreduce_ring_chunked", timeout=240)
+    assert p.returncode == 0, p.stderr
+    elements = [int(r[1]) for r in parse_rows(p.stdout)]
+    assert elements[0] == 100 and elements[-1] == 5000000 and len(elements) == 15

@@ -1,0 +1,144 @@
+"""The cloud lab (bench/lab): setup and teardown leave no namespace, veth or bridge behind
+after success, after a failing command and after SIGINT; loss injection and cleanup mode.
+Needs root (skipped otherwise)."""
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+LAB = os.path.join(REPO, "bench", "lab", "lab.py")
+sys.path.insert(0, os.path.join(REPO, "bench", "lab"))
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root (netns, veth, tc)")
+
+
+def netns():
+    out = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout
+    return {l.split()[0] for l in out.splitlines() if l.strip()}
+
+
+def links():
+    out = subprocess.run(["ip", "-o", "link", "show"], stdout=subprocess.PIPE, text=True).stdout
+    return {m.group(1) for m in re.finditer(r"^\d+: ([^:@]+)", out, re.M)}
+
+
+def lab_names_of(pid):
+    return ({n for n in netns() if n.startswith("orl-%d-" % pid)} |
+            {l for l in links() if re.match(r"^orl%d[ab]\d+$" % pid, l)})
+
+
+def lab(*args, timeout=120):
+    return subprocess.run([sys.executable, LAB] + list(args), stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True, timeout=timeout)
+
+
+def test_setup_and_teardown_after_success():
+    import cloudlab
+    with cloudlab.Lab(3) as l:
+        names = set(l.all_names())
+        assert names <= netns()
+        br = subprocess.run(["ip", "-n", l.bridge_ns, "-o", "link", "show", "type", "bridge"],
+                            stdout=subprocess.PIPE, text=True).stdout
+        assert "br0" in br
+        p = l.spawn(1, ["/bin/sh", "-c", "ip -o -4 addr show eth0"], stdout=subprocess.PIPE)
+        out = p.communicate(timeout=10)[0].decode()
+        assert "10.201.0.2/24" in out
+    assert not (names & netns())
+    assert not lab_names_of(os.getpid())
+    assert not os.path.exists(l.tmp)
+
+
+def test_ranks_reach_each_other_through_the_bridge():
+    p = lab("run", "--ranks", "3", "--", sys.executable, "-c",
+            "import socket,sys,time\n"
+            "r={rank}\n"
+            "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+            "if r==0:\n s.bind(('{ip}',9000)); s.settimeout(10); got=set()\n"
+            " while len(got)<2: got.add(s.recv(10))\n print('got',sorted(got))\n"
+            "else:\n"
+            " for _ in range(50): s.sendto(b'r%d'%r,('10.201.0.1',9000)); time.sleep(0.05)\n")
+    assert p.returncode == 0, p.stderr
+    assert "got [b'r1', b'r2']" in p.stdout
+
+
+def test_teardown_after_failing_command():
+    proc = subprocess.Popen([sys.executable, LAB, "run", "--ranks", "2", "--drop", "all:0.01",
+                             "--rate", "1:1gbit", "--", "/bin/sh", "-c", "sleep 1; exit 3"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen = False
+    deadline = time.time() + 60
+    while proc.poll() is None and time.time() < deadline:
+        seen = seen or bool(lab_names_of(proc.pid))
+        time.sleep(0.05)
+    out, err = proc.communicate(timeout=60)
+    assert seen, "lab never came up"
+    assert proc.returncode == 3, err
+    assert "job failed" in err
+    assert not lab_names_of(proc.pid)
+
+
+def test_teardown_after_sigint():
+    proc = subprocess.Popen([sys.executable, LAB, "run", "--ranks", "2", "--bg", "0", "--",
+                             "/bin/sleep", "60"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        deadline = time.time() + 30
+        while not lab_names_of(proc.pid) and time.time() < deadline:
+            time.sleep(0.1)
+        assert lab_names_of(proc.pid), "lab never came up"
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert not lab_names_of(proc.pid)
+    assert subprocess.run(["pgrep", "-f", "/bin/sleep 60"], stdout=subprocess.PIPE).stdout == b""
+
+
+def test_cleanup_mode_removes_leftovers():
+    fake = 999999
+    subprocess.run(["ip", "netns", "add", "orl-%d-0" % fake], check=True)
+    subprocess.run(["ip", "link", "add", "orl%da0" % fake, "type", "veth", "peer", "name",
+                    "orl%db0" % fake], check=True)
+    try:
+        p = lab("--cleanup", "--owner", str(fake))
+        assert p.returncode == 0
+        assert "orl-%d-0" % fake in p.stdout
+        assert not lab_names_of(fake)
+    finally:
+        subprocess.run(["ip", "netns", "del", "orl-%d-0" % fake], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "link", "del", "orl%da0" % fake], stderr=subprocess.DEVNULL)
+
+
+def test_ebpf_drop_loses_about_the_given_share():
+    # 2000 datagrams, paced so the receiver keeps up; drop 50% on rank 0's link.
+    script = ("import socket,sys,time\n"
+              "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+              "if {rank}==0:\n s.bind(('10.201.0.1',9001)); s.settimeout(3); n=0\n"
+              " try:\n  while True: s.recv(64); n+=1\n except socket.timeout: pass\n"
+              " print('received',n)\n"
+              "else:\n time.sleep(0.5)\n"
+              " for i in range(2000):\n  s.sendto(b'x',('10.201.0.1',9001))\n"
+              "  if i%20==0: time.sleep(0.002)\n")
+    p = lab("run", "--ranks", "2", "--drop", "0:0.5", "--drop-direction", "in", "--",
+            sys.executable, "-c", script)
+    assert p.returncode == 0, p.stderr
+    n = int(p.stdout.split()[-1])
+    assert 600 < n < 1400, n
+
+
+def test_bench_in_lab(bench_bin):
+    p = lab("bench", "--ranks", "2", "--bench-bin", bench_bin, "--bg", "1", "--bg-elements",
+            "10000", "--bg-settle", "0.5", "--straggler-ms-dist", "const:1", "allreduce_ring",
+            "--elements", "2000", "--iteration-count", "5", timeout=180)
+    assert p.returncode == 0, p.stderr
+    assert "iface=eth0" in p.stdout and "10.201.0.1" in p.stdout
+    assert not lab_names_of(os.getpid())
