@@ -1,0 +1,158 @@
+#include "transport_dpdk/wire_format.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <vector>
+#include <functional>
+#include <random>
+
+#include "transport_dpdk/crc32c.h"
+
+namespace optireduce {
+namespace transport {
+namespace {
+
+std::vector<uint8_t> Build(const WireHeader& h, const std::vector<uint8_t>& payload) {
+  std::vector<uint8_t> d(kHeaderBytes + payload.size());
+  EncodeHeader(h, payload.data(), payload.size(), d.data());
+  if (!payload.empty()) std::memcpy(d.data() + kHeaderBytes, payload.data(), payload.size());
+  return d;
+}
+
+WireHeader Sample() {
+  WireHeader h;
+  h.type = static_cast<uint8_t>(PacketType::kData);
+  h.flags = kFlagEager | kFlagBufferKind;
+  h.session_token = 0x1122334455667788ull;
+  h.src_rank = 3;
+  h.dst_rank = 5;
+  h.dst_context = 9;
+  h.seq = 0xdeadbeefcafeull;
+  h.message_id = 42;
+  h.slot = 0x0400000000000007ull;
+  h.offset = (5ull << 30);          // offsets beyond 4 GiB survive
+  h.total_length = (6ull << 30);
+  h.ack_seq = 77;
+  h.aux = 1234;
+  return h;
+}
+
+TEST(Crc32c, KnownVector) {
+  // CRC32C("123456789") = 0xE3069283 (RFC 3720 test vector).
+  EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
+  EXPECT_EQ(Crc32cExtend(Crc32c("1234", 4), "56789", 5), 0xE3069283u);
+}
+
+TEST(WireFormat, RoundTrip) {
+  std::vector<uint8_t> payload(1000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
+  WireHeader h = Sample();
+  h.payload_length = payload.size();
+  auto d = Build(h, payload);
+  WireHeader out;
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  EXPECT_EQ(out.type, h.type);
+  EXPECT_EQ(out.flags, h.flags);
+  EXPECT_EQ(out.session_token, h.session_token);
+  EXPECT_EQ(out.src_rank, h.src_rank);
+  EXPECT_EQ(out.dst_rank, h.dst_rank);
+  EXPECT_EQ(out.dst_context, h.dst_context);
+  EXPECT_EQ(out.seq, h.seq);
+  EXPECT_EQ(out.message_id, h.message_id);
+  EXPECT_EQ(out.slot, h.slot);
+  EXPECT_EQ(out.offset, h.offset);
+  EXPECT_EQ(out.total_length, h.total_length);
+  EXPECT_EQ(out.ack_seq, h.ack_seq);
+  EXPECT_EQ(out.aux, h.aux);
+  EXPECT_EQ(out.payload_length, payload.size());
+}
+
+TEST(WireFormat, LittleEndianOnTheWire) {
+  WireHeader h = Sample();
+  auto d = Build(h, {});
+  EXPECT_EQ(d[0], 'O');
+  EXPECT_EQ(d[1], 'R');
+  EXPECT_EQ(d[2], 'D');
+  EXPECT_EQ(d[3], 'P');
+  EXPECT_EQ(d[8], 0x88);   // session token low byte first
+  EXPECT_EQ(d[16], 3);     // src rank
+  EXPECT_EQ(d[59], 0x40);  // offset 5 << 30 = 0x1'4000'0000 at byte 56
+  EXPECT_EQ(d[60], 0x01);
+}
+
+struct Mutation {
+  const char* name;
+  std::function<void(std::vector<uint8_t>&)> mutate;
+  ParseError want;
+  bool refresh_crc;
+};
+
+void RefreshCrc(std::vector<uint8_t>& d) {
+  std::memset(d.data() + 88, 0, 4);
+  uint32_t crc = Crc32c(d.data(), d.size());
+  for (int i = 0; i < 4; ++i) d[88 + i] = static_cast<uint8_t>(crc >> (8 * i));
+}
+
+TEST(WireFormat, RejectsMalformed) {
+  WireHeader h = Sample();
+  h.offset = 100;
+  h.total_length = 200;
+  h.payload_length = 50;
+  const auto good = Build(h, std::vector<uint8_t>(50, 1));
+  WireHeader out;
+  ASSERT_EQ(ParseDatagram(good.data(), good.size(), &out), ParseError::kOk);
+
+  auto set64 = [](std::vector<uint8_t>& d, size_t off, uint64_t v) {
+    for (int i = 0; i < 8; ++i) d[off + i] = static_cast<uint8_t>(v >> (8 * i));
+  };
+  std::vector<Mutation> cases = {
+      {"short", [](auto& d) { d.resize(50); }, ParseError::kTooShort, false},
+      {"magic", [](auto& d) { d[0] ^= 1; }, ParseError::kBadMagic, true},
+      {"version", [](auto& d) { d[4] = 9; }, ParseError::kBadVersion, true},
+      {"type0", [](auto& d) { d[5] = 0; }, ParseError::kBadType, true},
+      {"type99", [](auto& d) { d[5] = 99; }, ParseError::kBadType, true},
+      {"flags", [](auto& d) { d[7] = 0x80; }, ParseError::kBadFlags, true},
+      {"reserved", [](auto& d) { d[93] = 1; }, ParseError::kBadReserved, true},
+      {"length", [](auto& d) { d.push_back(0); }, ParseError::kBadLength, true},
+      {"payload bit flip", [](auto& d) { d[kHeaderBytes + 3] ^= 4; }, ParseError::kBadChecksum, false},
+      {"header bit flip", [](auto& d) { d[40] ^= 1; }, ParseError::kBadChecksum, false},
+      {"offset past total", [&](auto& d) { set64(d, 56, 180); }, ParseError::kBadBounds, true},
+      {"offset overflow", [&](auto& d) { set64(d, 56, ~0ull - 10); }, ParseError::kBadBounds, true},
+      {"control with payload", [](auto& d) { d[5] = 2; }, ParseError::kBadBounds, true},
+  };
+  for (auto& c : cases) {
+    auto d = good;
+    c.mutate(d);
+    if (c.refresh_crc) RefreshCrc(d);
+    EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), c.want)
+        << c.name << ": got " << ParseErrorName(ParseDatagram(d.data(), d.size(), &out));
+  }
+}
+
+TEST(WireFormat, AckBitmapBounded) {
+  WireHeader h;
+  h.type = static_cast<uint8_t>(PacketType::kAck);
+  h.payload_length = kMaxSackBytes;
+  auto ok = Build(h, std::vector<uint8_t>(kMaxSackBytes, 0xff));
+  WireHeader out;
+  EXPECT_EQ(ParseDatagram(ok.data(), ok.size(), &out), ParseError::kOk);
+  h.payload_length = kMaxSackBytes + 1;
+  auto big = Build(h, std::vector<uint8_t>(kMaxSackBytes + 1, 0xff));
+  EXPECT_EQ(ParseDatagram(big.data(), big.size(), &out), ParseError::kBadBounds);
+}
+
+TEST(WireFormat, RandomBytesNeverParse) {
+  std::mt19937 rng(5);
+  WireHeader out;
+  for (int i = 0; i < 20000; ++i) {
+    std::vector<uint8_t> d(rng() % 300);
+    for (auto& b : d) b = static_cast<uint8_t>(rng());
+    if (d.size() >= 4) { d[0] = 'O'; d[1] = 'R'; d[2] = 'D'; d[3] = 'P'; }
+    EXPECT_NE(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  }
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,63 @@
+// attr.h — configuration of the datagram transport's devices.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace optireduce {
+namespace transport {
+
+// Protocol engine settings shared by every backend.
+struct EngineOptions {
+  // Per-job token carried by every packet. 0: each context draws a random
+  // one and the job adopts rank 0's (it travels in the Gloo Address).
+  uint64_t session_token = 0;
+  // Fault injection spec (see fault_injector.h); empty: env OPTIREDUCE_FAULTS.
+  std::string faults;
+  // Messages up to this size are sent eagerly (without a grant) while the
+  // peer's eager budget lasts; larger ones use rendezvous.
+  size_t eager_max_message = 64 * 1024;
+  // Bytes of unmatched eager messages a receiver holds per sending peer.
+  size_t eager_budget_per_peer = 1 << 20;
+  // Bytes in flight (unacknowledged) per peer. The engine further divides
+  // the receive buffer among the context's peers (incast).
+  size_t window_bytes = 4 << 20;
+  // Adaptive backoff of the progress thread: spin this long after the last
+  // work, then sleep (waiting on input) doubling up to max_sleep.
+  std::chrono::microseconds spin{100};
+  std::chrono::microseconds max_sleep{1000};
+  bool busy_poll = false;  // never sleep (dedicated cores only)
+  // Retransmission timeout bounds.
+  std::chrono::microseconds min_rto{4000};
+  std::chrono::microseconds initial_rto{20000};
+  std::chrono::microseconds max_rto{200000};
+};
+
+namespace udp {
+struct attr {
+  // IPv4 address or host name to bind to.
+  std::string hostname = "127.0.0.1";
+  // UDP port; 0 picks an ephemeral port.
+  uint16_t port = 0;
+  // Largest datagram (header + payload) we send. 0: 65000 on loopback,
+  // interface MTU - 28 otherwise.
+  size_t max_datagram = 0;
+  // SO_RCVBUF / SO_SNDBUF request (failures tolerated).
+  size_t socket_buffer_bytes = 8 << 20;
+  EngineOptions engine;
+};
+}  // namespace udp
+
+namespace loop {
+struct attr {
+  size_t max_datagram = 9000;
+  // Datagrams a loop endpoint queues before dropping (like a NIC ring).
+  size_t queue_capacity = 16384;
+  EngineOptions engine;
+};
+}  // namespace loop
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,43 @@
+// context.h — the Gloo transport Context: one rank's view of a group on a
+// device. Registers with the engine (which does recv-from-any arbitration
+// across the group's pairs) and creates pairs and unbound buffers.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include <gloo/transport/context.h>
+
+#include "transport_dpdk/engine.h"
+
+namespace optireduce {
+namespace transport {
+
+class Device;
+
+class Context : public ::gloo::transport::Context,
+                public std::enable_shared_from_this<Context> {
+ public:
+  Context(std::shared_ptr<Device> device, int rank, int size);
+  ~Context() override;
+
+  std::unique_ptr<::gloo::transport::Pair>& createPair(int rank) override;
+  std::unique_ptr<::gloo::transport::UnboundBuffer> createUnboundBuffer(
+      void* ptr, size_t size) override;
+
+  Engine& engine() const { return *engine_; }
+  const std::shared_ptr<Engine>& engine_ptr() const { return engine_; }
+  uint32_t id() const { return id_; }
+  uint64_t local_token() const { return local_token_; }
+  // The job's session token once the pair to rank 0 is connected.
+  uint64_t session_token() const { return engine_->ContextToken(id_); }
+
+ private:
+  std::shared_ptr<Device> device_;
+  std::shared_ptr<Engine> engine_;
+  uint64_t local_token_ = 0;
+  uint32_t id_ = 0;
+};
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,78 @@
+#include "transport_dpdk/device.h"
+
+#include <gloo/common/error.h>
+
+#include "absl/strings/str_cat.h"
+#include "transport_dpdk/context.h"
+#include "transport_dpdk/fault_injector.h"
+#include "transport_dpdk/packet_io_loop.h"
+#include "transport_dpdk/packet_io_udp.h"
+
+namespace optireduce {
+namespace transport {
+
+Device::Device(std::shared_ptr<Engine> engine, EngineOptions options)
+    : engine_(std::move(engine)), options_(std::move(options)) {}
+
+Device::~Device() = default;
+
+std::string Device::str() const {
+  return absl::StrCat("optireduce datagram device (", engine_->Describe(), ")");
+}
+
+std::shared_ptr<::gloo::transport::Context> Device::createContext(int rank,
+                                                                  int size) {
+  GLOO_ENFORCE(rank >= 0 && rank < size, "bad rank ", rank, " for size ", size);
+  return std::make_shared<Context>(shared_from_this(), rank, size);
+}
+
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
+    std::unique_ptr<PacketIo> io, const EngineOptions& options,
+    size_t rx_buffer_bytes) {
+  auto faulty = MaybeInjectFaults(std::move(io), options.faults);
+  if (!faulty.ok()) return faulty.status();
+  auto engine = Engine::Create(std::move(*faulty), options, rx_buffer_bytes);
+  if (!engine.ok()) return engine.status();
+  return std::make_shared<Device>(std::move(*engine), options);
+}
+
+namespace udp {
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+  auto io = UdpPacketIo::Create(a);
+  if (!io.ok()) return io.status();
+  // The kernel reports twice the usable size (bookkeeping overhead).
+  const size_t rx = std::max<size_t>((*io)->ReceiveBufferBytes() / 2, 256 << 10);
+  return CreateDeviceOverIo(std::move(*io), a.engine, rx);
+}
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
+  auto d = CreateDeviceOrError(a);
+  if (!d.ok()) {
+    GLOO_THROW_INVALID_OPERATION_EXCEPTION("udp::CreateDevice: ",
+                                           d.status().ToString());
+  }
+  return *d;
+}
+}  // namespace udp
+
+namespace loop {
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+  if (a.max_datagram < 256 || a.max_datagram > (1u << 20)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "loop attr max_datagram ", a.max_datagram, " outside [256, 1 MiB]"));
+  }
+  auto io = std::make_unique<LoopPacketIo>(a.max_datagram, a.queue_capacity);
+  return CreateDeviceOverIo(std::move(io), a.engine,
+                            a.queue_capacity * a.max_datagram / 2);
+}
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
+  auto d = CreateDeviceOrError(a);
+  if (!d.ok()) {
+    GLOO_THROW_INVALID_OPERATION_EXCEPTION("loop::CreateDevice: ",
+                                           d.status().ToString());
+  }
+  return *d;
+}
+}  // namespace loop
+
+}  // namespace transport
+}  // namespace optireduce

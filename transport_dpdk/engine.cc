@@ -1,0 +1,1144 @@
+#include "transport_dpdk/engine.h"
+
+#include <pthread.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <unordered_map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "transport_dpdk/reliable/receive_window.h"
+#include "transport_dpdk/reliable/rtt_estimator.h"
+#include "transport_dpdk/wire_format.h"
+
+namespace optireduce {
+namespace transport {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using us = std::chrono::microseconds;
+
+constexpr size_t kBurst = 64;
+// Reliable packets in flight per peer; well inside the receiver's bitmap.
+constexpr uint64_t kMaxInflightPackets = ReceiveWindow::kSpan / 2;
+// Messages a receiver tracks ahead of the next one to announce.
+constexpr uint64_t kMaxPendingMessages = 1 << 16;
+// Every eager message is charged at least this much credit, which bounds
+// the number of records a receiver keeps.
+constexpr uint64_t kMinEagerCharge = 256;
+// New packets sent to one peer per progress iteration (fairness).
+constexpr int kPeerBudget = 64;
+
+struct OutMsg {
+  uint64_t id = 0, op = 0, slot = 0;
+  int peer = 0;
+  MsgKind kind = MsgKind::kUnbound;
+  const uint8_t* data = nullptr;
+  uint64_t len = 0, remote_offset = 0, charge = 0;
+  bool eager = false, cancelled = false, waiting_cts = false;
+  uint64_t next_offset = 0;
+  uint64_t packets_total = 0, packets_sent = 0, packets_acked = 0;
+  std::shared_ptr<OpSink> sink;
+  // The payload, copied here when the sender's buffer went away before the
+  // send finished (see Engine::Cancel).
+  std::vector<uint8_t> owned;
+};
+
+// Sends up to this size outlive their buffer (copied); larger ones are
+// abandoned. Gloo's algorithm classes destroy send buffers right after
+// their last (small, unwaited) notification send.
+constexpr uint64_t kDetachLimit = 1 << 20;
+
+struct TxRecord {
+  WireHeader h;
+  std::shared_ptr<OutMsg> msg;  // DATA only: where the payload comes from
+  bool acked = false, retransmitted = false, fast_pending = false;
+  Clock::time_point first_sent, last_sent;
+};
+
+struct RecvBufferReg;
+
+struct InMsg {
+  uint64_t id = 0, slot = 0, total = 0, remote_offset = 0, charge = 0;
+  MsgKind kind = MsgKind::kUnbound;
+  bool eager = false;
+  std::vector<uint8_t> stash;  // eager bytes that arrived before the match
+  uint64_t received = 0;
+  bool matched = false, discard = false, completed = false, done = false;
+  uint8_t* target = nullptr;  // where payload byte 0 goes once matched
+  std::shared_ptr<OpSink> sink;
+  uint64_t op = 0;
+  std::weak_ptr<RecvBufferReg> reg;
+};
+
+struct PostedRecv {
+  uint64_t op = 0;
+  std::vector<int> srcs;
+  uint8_t* ptr = nullptr;
+  size_t capacity = 0;
+  std::shared_ptr<OpSink> sink;
+};
+
+struct RecvBufferReg {
+  int peer = 0;
+  uint64_t slot = 0;
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  std::shared_ptr<OpSink> sink;
+  std::deque<std::shared_ptr<InMsg>> order;  // bound messages, in order
+};
+
+struct Peer {
+  int rank = -1;
+  bool connected = false;
+  PeerHandle handle = 0;
+  uint32_t remote_ctx = 0;
+  // --- sending side ---
+  uint64_t next_seq = 0;
+  uint64_t unacked_base = 0;  // seq of unacked.front()
+  std::deque<TxRecord> unacked;
+  uint64_t inflight_bytes = 0;
+  uint64_t highest_sacked = 0;  // one past
+  std::deque<uint64_t> fast_queue;
+  std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
+  std::deque<std::shared_ptr<OutMsg>> data_queue;
+  std::unordered_map<uint64_t, std::shared_ptr<OutMsg>> out_msgs;
+  uint64_t next_msg_id = 0;
+  int64_t eager_credit = 0;
+  RttEstimator rtt{us(20000), us(4000), us(200000)};
+  // --- receiving side ---
+  ReceiveWindow rx;
+  uint64_t rx_since_ack = 0;
+  bool ack_now = false;
+  std::map<uint64_t, std::shared_ptr<InMsg>> in_msgs;
+  uint64_t next_announce = 0;
+  uint64_t eager_stashed = 0;
+  std::map<uint64_t, std::deque<std::shared_ptr<InMsg>>> buffer_arrivals;
+};
+
+struct Arrival {
+  int peer;
+  std::shared_ptr<InMsg> msg;
+};
+
+struct Ctx {
+  uint32_t id = 0;
+  int rank = 0, size = 0;
+  uint64_t local_token = 0;
+  uint64_t token = 0;  // the job's token (rank 0's); 0 until known
+  uint64_t window = 0;
+  std::vector<Peer> peers;
+  std::map<uint64_t, std::deque<PostedRecv>> posted;   // by slot
+  std::map<uint64_t, std::deque<Arrival>> arrivals;    // by slot
+  std::map<std::pair<int, uint64_t>, std::shared_ptr<RecvBufferReg>> regs;
+};
+
+std::string RanksToString(const std::vector<int>& r) {
+  return absl::StrCat("[", absl::StrJoin(r, ","), "]");
+}
+
+}  // namespace
+
+struct Engine::Impl {
+  Impl(std::unique_ptr<PacketIo> io_in, const EngineOptions& o, size_t rxbuf)
+      : io(std::move(io_in)), opts(o), rx_buffer_bytes(rxbuf) {
+    max_payload = io->MaxDatagram() - kHeaderBytes;
+  }
+
+  std::unique_ptr<PacketIo> io;
+  const EngineOptions opts;
+  const size_t rx_buffer_bytes;
+  uint32_t max_payload = 0;
+
+  mutable std::mutex mu;
+  std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
+  uint32_t next_ctx = 1;
+  uint64_t next_op = 1;
+  AtomicStats stats;
+
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  clockid_t thread_clock{};
+  std::atomic<bool> have_clock{false};
+
+  // Transmit batch (valid within one locked progress iteration).
+  TxDatagram tx[kBurst];
+  uint8_t tx_head[kBurst][kHeaderBytes];
+  uint8_t tx_sack[kBurst][kMaxSackBytes];
+  size_t tx_n = 0;
+  bool tx_blocked = false;
+  RxDatagram rx[kBurst];
+
+  // ---- progress thread ----
+  void Run();
+  bool Poll(Clock::time_point* deadline);
+  void Flush();
+  void Emit(const Peer& p, const WireHeader& h, const void* body,
+            uint32_t len);
+  void SendNew(Ctx& c, Peer& p, WireHeader h, std::shared_ptr<OutMsg> msg);
+  void Retransmit(Ctx& c, Peer& p, TxRecord& r, Clock::time_point now);
+  void Pump(Ctx& c, Peer& p, Clock::time_point now,
+            Clock::time_point* deadline);
+  void SendAck(Ctx& c, Peer& p);
+  void FillHeader(const Ctx& c, const Peer& p, WireHeader* h) const;
+
+  // ---- receive path ----
+  void HandleDatagram(uint8_t* data, uint32_t len);
+  void HandleAck(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* sack);
+  void MarkAcked(Ctx& c, Peer& p, TxRecord& r, Clock::time_point now);
+  bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);
+  bool ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
+                  const uint8_t* payload);
+  bool ApplyRdvData(Ctx& c, Peer& p, const WireHeader& h,
+                    const uint8_t* payload);
+  bool ApplyRts(Ctx& c, Peer& p, const WireHeader& h);
+  bool ApplyCts(Ctx& c, Peer& p, const WireHeader& h);
+
+  // ---- matching ----
+  void TryAnnounce(Ctx& c, Peer& p);
+  void Announce(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void Bind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+            const PostedRecv& r);
+  void BindBuffer(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+                  const std::shared_ptr<RecvBufferReg>& reg);
+  void AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void MaybeComplete(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void CompleteOut(Peer& p, const std::shared_ptr<OutMsg>& m);
+
+  Ctx* FindCtx(uint32_t id) {
+    auto it = contexts.find(id);
+    return it == contexts.end() ? nullptr : it->second.get();
+  }
+};
+
+// ===================== progress thread =====================
+
+void Engine::Impl::Run() {
+  clockid_t cid;
+  if (pthread_getcpuclockid(pthread_self(), &cid) == 0) {
+    thread_clock = cid;
+    have_clock = true;
+  }
+  auto last_work = Clock::now();
+  us sleep = us(16);
+  while (!stop.load(std::memory_order_relaxed)) {
+    Clock::time_point deadline;
+    bool worked;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      worked = Poll(&deadline);
+    }
+    const auto now = Clock::now();
+    if (worked) {
+      last_work = now;
+      sleep = us(16);
+      continue;
+    }
+    if (opts.busy_poll || now - last_work < opts.spin) continue;
+    us wait = std::min(sleep, opts.max_sleep);
+    if (deadline > now) {
+      wait = std::min(wait, std::chrono::duration_cast<us>(deadline - now) +
+                                us(1));
+    } else {
+      wait = us(0);
+    }
+    if (wait.count() > 0) io->WaitForInput(wait);
+    sleep = std::min(sleep * 2, opts.max_sleep);
+  }
+}
+
+bool Engine::Impl::Poll(Clock::time_point* deadline) {
+  bool worked = false;
+  const size_t n = io->RxBurst(rx, kBurst);
+  for (size_t i = 0; i < n; ++i) HandleDatagram(rx[i].data, rx[i].len);
+  worked = n > 0;
+  const auto now = Clock::now();
+  *deadline = now + opts.max_sleep;
+  tx_blocked = false;
+  const uint64_t sent_before = stats.tx_packets.load(std::memory_order_relaxed);
+  for (auto& kv : contexts) {
+    Ctx& c = *kv.second;
+    for (Peer& p : c.peers) {
+      if (p.connected) Pump(c, p, now, deadline);
+    }
+  }
+  Flush();
+  if (stats.tx_packets.load(std::memory_order_relaxed) != sent_before) {
+    worked = true;
+  }
+  return worked;
+}
+
+void Engine::Impl::Flush() {
+  if (tx_n == 0) return;
+  size_t sent = io->TxBurst(tx, tx_n);
+  for (size_t i = 0; i < sent; ++i) {
+    Bump(stats.tx_bytes, tx[i].head_len + tx[i].body_len);
+  }
+  Bump(stats.tx_packets, sent);
+  if (sent < tx_n) {
+    // Unsent datagrams count as lost: reliability recovers them.
+    Bump(stats.tx_backpressure, tx_n - sent);
+    tx_blocked = true;
+  }
+  tx_n = 0;
+}
+
+void Engine::Impl::Emit(const Peer& p, const WireHeader& h, const void* body,
+                        uint32_t len) {
+  if (tx_n == kBurst) Flush();
+  EncodeHeader(h, body, len, tx_head[tx_n]);
+  tx[tx_n] = {p.handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes),
+              body, len};
+  ++tx_n;
+}
+
+void Engine::Impl::FillHeader(const Ctx& c, const Peer& p,
+                              WireHeader* h) const {
+  h->session_token = c.token;
+  h->src_rank = static_cast<uint32_t>(c.rank);
+  h->dst_rank = static_cast<uint32_t>(p.rank);
+  h->dst_context = p.remote_ctx;
+}
+
+void Engine::Impl::SendNew(Ctx& c, Peer& p, WireHeader h,
+                           std::shared_ptr<OutMsg> msg) {
+  FillHeader(c, p, &h);
+  h.seq = p.next_seq++;
+  const auto now = Clock::now();
+  TxRecord r;
+  r.h = h;
+  r.msg = std::move(msg);
+  r.first_sent = r.last_sent = now;
+  p.inflight_bytes += h.payload_length;
+  const uint8_t* body =
+      r.msg && h.payload_length ? r.msg->data + h.offset : nullptr;
+  p.unacked.push_back(std::move(r));
+  Emit(p, h, body, h.payload_length);
+}
+
+void Engine::Impl::Retransmit(Ctx& c, Peer& p, TxRecord& r,
+                              Clock::time_point now) {
+  if (r.msg && r.msg->cancelled) {
+    // The memory behind this packet is gone: fill the sequence number with
+    // a NOP so the receiver's cumulative point can move on.
+    p.inflight_bytes -= r.h.payload_length;
+    WireHeader nop;
+    FillHeader(c, p, &nop);
+    nop.type = static_cast<uint8_t>(PacketType::kNop);
+    nop.seq = r.h.seq;
+    nop.message_id = r.h.message_id;
+    r.h = nop;
+    r.msg.reset();
+  }
+  r.retransmitted = true;
+  r.last_sent = now;
+  Bump(stats.retransmits);
+  const uint8_t* body =
+      r.msg && r.h.payload_length ? r.msg->data + r.h.offset : nullptr;
+  Emit(p, r.h, body, r.h.payload_length);
+}
+
+void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
+                        Clock::time_point* deadline) {
+  // 1. Retransmission timeout, judged on the oldest unacked packet.
+  if (!p.unacked.empty()) {
+    const us rto = p.rtt.rto();
+    TxRecord& front = p.unacked.front();
+    if (now - front.last_sent >= rto) {
+      Bump(stats.rto_events);
+      p.rtt.Backoff();
+      int budget = kPeerBudget * 4;
+      for (TxRecord& r : p.unacked) {
+        if (budget == 0) break;
+        if (!r.acked && now - r.last_sent >= rto) {
+          Retransmit(c, p, r, now);
+          --budget;
+        }
+      }
+    }
+    const auto due = p.unacked.front().last_sent + p.rtt.rto();
+    if (due < *deadline) *deadline = due;
+  }
+  // 2. Fast retransmits found by the last acks.
+  while (!p.fast_queue.empty()) {
+    const uint64_t seq = p.fast_queue.front();
+    p.fast_queue.pop_front();
+    if (seq < p.unacked_base) continue;
+    TxRecord& r = p.unacked[seq - p.unacked_base];
+    r.fast_pending = false;
+    if (r.acked) continue;
+    Bump(stats.fast_retransmits);
+    Retransmit(c, p, r, now);
+  }
+  // 3. Control packets (they bypass the byte window but not the seq window).
+  while (!p.ctrl.empty() &&
+         p.next_seq - p.unacked_base < kMaxInflightPackets) {
+    SendNew(c, p, p.ctrl.front(), nullptr);
+    p.ctrl.pop_front();
+  }
+  // 4. New data within the window.
+  int budget = kPeerBudget;
+  while (budget > 0 && !tx_blocked && !p.data_queue.empty() &&
+         p.next_seq - p.unacked_base < kMaxInflightPackets &&
+         p.inflight_bytes + max_payload <= c.window) {
+    std::shared_ptr<OutMsg> m = p.data_queue.front();
+    if (m->cancelled || m->packets_sent == m->packets_total) {
+      p.data_queue.pop_front();
+      continue;
+    }
+    const uint64_t len = std::min<uint64_t>(max_payload, m->len - m->next_offset);
+    WireHeader h;
+    h.type = static_cast<uint8_t>(PacketType::kData);
+    h.flags = (m->eager ? kFlagEager : 0) |
+              (m->kind == MsgKind::kBuffer ? kFlagBufferKind : 0);
+    h.message_id = m->id;
+    h.slot = m->slot;
+    h.offset = m->next_offset;
+    h.total_length = m->len;
+    h.aux = m->remote_offset;
+    h.payload_length = static_cast<uint32_t>(len);
+    m->next_offset += len;
+    ++m->packets_sent;
+    if (m->packets_sent == m->packets_total) p.data_queue.pop_front();
+    SendNew(c, p, h, m);
+    --budget;
+  }
+  // 5. Acknowledge what arrived since the last ack.
+  if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
+}
+
+void Engine::Impl::SendAck(Ctx& c, Peer& p) {
+  if (tx_n == kBurst) Flush();
+  WireHeader h;
+  FillHeader(c, p, &h);
+  h.type = static_cast<uint8_t>(PacketType::kAck);
+  h.ack_seq = p.rx.cum();
+  const size_t slot = tx_n;
+  const size_t n = p.rx.Sack(tx_sack[slot], kMaxSackBytes);
+  h.payload_length = static_cast<uint32_t>(n);
+  Emit(p, h, n ? tx_sack[slot] : nullptr, static_cast<uint32_t>(n));
+  p.rx_since_ack = 0;
+  p.ack_now = false;
+  Bump(stats.acks_sent);
+}
+
+// ===================== receive path =====================
+
+void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
+  Bump(stats.rx_packets);
+  Bump(stats.rx_bytes, len);
+  WireHeader h;
+  const ParseError err = ParseDatagram(data, len, &h);
+  if (err != ParseError::kOk) {
+    Bump(stats.malformed[static_cast<int>(err)]);
+    return;
+  }
+  if (h.flags & kFlagUnreliable) {
+    Bump(stats.unsupported);
+    return;
+  }
+  Ctx* c = FindCtx(h.dst_context);
+  if (!c) {
+    Bump(stats.bad_context);
+    return;
+  }
+  if (c->token == 0 || h.session_token != c->token) {
+    Bump(stats.bad_token);
+    return;
+  }
+  if (h.dst_rank != static_cast<uint32_t>(c->rank) ||
+      h.src_rank >= static_cast<uint32_t>(c->size) ||
+      h.src_rank == static_cast<uint32_t>(c->rank) ||
+      !c->peers[h.src_rank].connected) {
+    Bump(stats.bad_rank);
+    return;
+  }
+  Peer& p = c->peers[h.src_rank];
+  const uint8_t* payload = data + kHeaderBytes;
+  if (static_cast<PacketType>(h.type) == PacketType::kAck) {
+    HandleAck(*c, p, h, payload);
+    return;
+  }
+  switch (p.rx.Classify(h.seq)) {
+    case ReceiveWindow::Verdict::kDuplicate:
+      Bump(stats.duplicates);
+      p.ack_now = true;  // our ack may have been lost
+      return;
+    case ReceiveWindow::Verdict::kOutOfWindow:
+      Bump(stats.out_of_window);
+      return;
+    case ReceiveWindow::Verdict::kNew:
+      break;
+  }
+  // Only packets that were fully validated and applied consume their seq;
+  // a rejected forgery cannot shadow the real packet with that number.
+  if (!Apply(*c, p, h, payload)) return;
+  p.rx.Mark(h.seq);
+  ++p.rx_since_ack;
+}
+
+void Engine::Impl::HandleAck(Ctx& c, Peer& p, const WireHeader& h,
+                             const uint8_t* sack) {
+  Bump(stats.acks_received);
+  if (h.ack_seq > p.next_seq) {
+    Bump(stats.unknown_message);  // acks what was never sent
+    return;
+  }
+  const auto now = Clock::now();
+  bool advanced = false;
+  while (p.unacked_base < h.ack_seq && !p.unacked.empty()) {
+    MarkAcked(c, p, p.unacked.front(), now);
+    p.unacked.pop_front();
+    ++p.unacked_base;
+    advanced = true;
+  }
+  if (p.unacked_base < h.ack_seq) p.unacked_base = h.ack_seq;  // defensive
+  for (uint32_t i = 0; i < h.payload_length * 8u; ++i) {
+    if (!((sack[i / 8] >> (i % 8)) & 1)) continue;
+    const uint64_t seq = h.ack_seq + 1 + i;
+    if (seq >= p.next_seq) break;
+    if (seq < p.unacked_base) continue;
+    TxRecord& r = p.unacked[seq - p.unacked_base];
+    if (!r.acked) {
+      MarkAcked(c, p, r, now);
+      advanced = true;
+    }
+    if (seq + 1 > p.highest_sacked) p.highest_sacked = seq + 1;
+  }
+  while (!p.unacked.empty() && p.unacked.front().acked) {
+    p.unacked.pop_front();
+    ++p.unacked_base;
+  }
+  if (advanced) p.rtt.ResetBackoff();
+  // Fast retransmit: a packet with at least 3 later packets acknowledged,
+  // not (re)sent within the last smoothed RTT, is presumed lost.
+  if (p.highest_sacked > p.unacked_base + 3) {
+    const uint64_t limit = p.highest_sacked - 3;
+    const auto srtt = std::max(p.rtt.srtt(), us(200));
+    for (uint64_t seq = p.unacked_base;
+         seq < limit && seq - p.unacked_base < p.unacked.size(); ++seq) {
+      TxRecord& r = p.unacked[seq - p.unacked_base];
+      if (!r.acked && !r.fast_pending && now - r.last_sent > srtt) {
+        r.fast_pending = true;
+        p.fast_queue.push_back(seq);
+      }
+    }
+  }
+}
+
+void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r,
+                             Clock::time_point now) {
+  if (r.acked) return;
+  r.acked = true;
+  p.inflight_bytes -= r.h.payload_length;
+  if (!r.retransmitted) {
+    p.rtt.Sample(std::chrono::duration_cast<us>(now - r.first_sent));
+  }
+  if (r.msg) {
+    std::shared_ptr<OutMsg> m = std::move(r.msg);
+    ++m->packets_acked;
+    if (!m->cancelled && m->packets_acked == m->packets_total) {
+      CompleteOut(p, m);
+    }
+  }
+}
+
+void Engine::Impl::CompleteOut(Peer& p, const std::shared_ptr<OutMsg>& m) {
+  p.out_msgs.erase(m->id);
+  if (m->sink) m->sink->Complete(/*send=*/true, m->op, p.rank);
+}
+
+bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
+                         const uint8_t* payload) {
+  switch (static_cast<PacketType>(h.type)) {
+    case PacketType::kData:
+      return (h.flags & kFlagEager) ? ApplyEager(c, p, h, payload)
+                                    : ApplyRdvData(c, p, h, payload);
+    case PacketType::kRts:
+      return ApplyRts(c, p, h);
+    case PacketType::kCts:
+      return ApplyCts(c, p, h);
+    case PacketType::kCredit:
+      if (p.eager_credit + static_cast<int64_t>(h.aux) >
+          static_cast<int64_t>(opts.eager_budget_per_peer)) {
+        Bump(stats.unknown_message);  // returns credit never lent
+        return false;
+      }
+      p.eager_credit += static_cast<int64_t>(h.aux);
+      return true;
+    case PacketType::kNop:
+      return true;
+    case PacketType::kAck:
+      break;
+  }
+  return false;
+}
+
+bool Engine::Impl::ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
+                              const uint8_t* payload) {
+  const MsgKind kind =
+      (h.flags & kFlagBufferKind) ? MsgKind::kBuffer : MsgKind::kUnbound;
+  std::shared_ptr<InMsg> m;
+  bool created = false;
+  auto it = p.in_msgs.find(h.message_id);
+  if (it == p.in_msgs.end()) {
+    const uint64_t charge = std::max<uint64_t>(h.total_length, kMinEagerCharge);
+    if (h.message_id < p.next_announce ||
+        h.message_id >= p.next_announce + kMaxPendingMessages ||
+        h.total_length > opts.eager_max_message ||
+        p.eager_stashed + charge > opts.eager_budget_per_peer) {
+      Bump(stats.unknown_message);
+      return false;
+    }
+    m = std::make_shared<InMsg>();
+    m->id = h.message_id;
+    m->slot = h.slot;
+    m->total = h.total_length;
+    m->remote_offset = h.aux;
+    m->kind = kind;
+    m->eager = true;
+    m->charge = charge;
+    m->stash.resize(h.total_length);
+    p.eager_stashed += charge;
+    p.in_msgs.emplace(m->id, m);
+    created = true;
+  } else {
+    m = it->second;
+    if (!m->eager || m->total != h.total_length || m->slot != h.slot ||
+        m->kind != kind ||
+        (kind == MsgKind::kBuffer && m->remote_offset != h.aux)) {
+      Bump(stats.unknown_message);
+      return false;
+    }
+  }
+  if (h.payload_length > 0) {
+    if (m->matched) {
+      if (m->target) std::memcpy(m->target + h.offset, payload, h.payload_length);
+    } else {
+      std::memcpy(m->stash.data() + h.offset, payload, h.payload_length);
+    }
+  }
+  m->received += h.payload_length;
+  if (created) TryAnnounce(c, p);
+  MaybeComplete(c, p, m);
+  return true;
+}
+
+bool Engine::Impl::ApplyRdvData(Ctx& c, Peer& p, const WireHeader& h,
+                                const uint8_t* payload) {
+  auto it = p.in_msgs.find(h.message_id);
+  if (it == p.in_msgs.end() || it->second->eager || !it->second->matched ||
+      it->second->completed || it->second->slot != h.slot) {
+    Bump(stats.unknown_message);
+    return false;
+  }
+  std::shared_ptr<InMsg> m = it->second;
+  if (m->total != h.total_length) {
+    Bump(stats.bad_offset);
+    return false;
+  }
+  if (m->target && h.payload_length) {
+    std::memcpy(m->target + h.offset, payload, h.payload_length);
+  }
+  m->received += h.payload_length;
+  MaybeComplete(c, p, m);
+  return true;
+}
+
+bool Engine::Impl::ApplyRts(Ctx& c, Peer& p, const WireHeader& h) {
+  if (h.message_id < p.next_announce ||
+      h.message_id >= p.next_announce + kMaxPendingMessages ||
+      p.in_msgs.count(h.message_id)) {
+    Bump(stats.unknown_message);
+    return false;
+  }
+  auto m = std::make_shared<InMsg>();
+  m->id = h.message_id;
+  m->slot = h.slot;
+  m->total = h.total_length;
+  m->remote_offset = h.aux;
+  m->kind = (h.flags & kFlagBufferKind) ? MsgKind::kBuffer : MsgKind::kUnbound;
+  m->eager = false;
+  p.in_msgs.emplace(m->id, m);
+  TryAnnounce(c, p);
+  return true;
+}
+
+bool Engine::Impl::ApplyCts(Ctx& c, Peer& p, const WireHeader& h) {
+  auto it = p.out_msgs.find(h.message_id);
+  if (it == p.out_msgs.end()) {
+    // A grant for a send that was cancelled (its buffer went away).
+    return true;
+  }
+  std::shared_ptr<OutMsg> m = it->second;
+  if (!m->waiting_cts) {
+    Bump(stats.unknown_message);
+    return false;
+  }
+  m->waiting_cts = false;
+  p.data_queue.push_back(m);
+  return true;
+}
+
+// ===================== matching =====================
+
+void Engine::Impl::TryAnnounce(Ctx& c, Peer& p) {
+  // Messages are announced strictly in message-id order per peer, so sends
+  // from one peer on one slot match recvs in the order they were posted.
+  for (;;) {
+    auto it = p.in_msgs.find(p.next_announce);
+    if (it == p.in_msgs.end()) return;
+    ++p.next_announce;
+    std::shared_ptr<InMsg> m = it->second;
+    Announce(c, p, m);
+  }
+}
+
+void Engine::Impl::Announce(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (m->kind == MsgKind::kBuffer) {
+    auto reg = c.regs.find({p.rank, m->slot});
+    if (reg != c.regs.end()) {
+      BindBuffer(c, p, m, reg->second);
+    } else {
+      p.buffer_arrivals[m->slot].push_back(m);
+    }
+    return;
+  }
+  auto posted = c.posted.find(m->slot);
+  if (posted != c.posted.end()) {
+    auto& q = posted->second;
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if (std::find(it->srcs.begin(), it->srcs.end(), p.rank) ==
+          it->srcs.end()) {
+        continue;
+      }
+      PostedRecv r = std::move(*it);
+      q.erase(it);
+      if (q.empty()) c.posted.erase(posted);
+      Bind(c, p, m, r);
+      return;
+    }
+  }
+  c.arrivals[m->slot].push_back({p.rank, m});
+}
+
+void Engine::Impl::Bind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+                        const PostedRecv& r) {
+  m->matched = true;
+  m->sink = r.sink;
+  m->op = r.op;
+  if (m->total > r.capacity) {
+    r.sink->Fail(false, r.op,
+                 absl::StrCat("rank ", p.rank, " sent ", m->total,
+                              " bytes on slot ", m->slot,
+                              " but the recv has room for ", r.capacity));
+    m->discard = true;
+    m->target = nullptr;
+  } else {
+    m->target = r.ptr;
+  }
+  AfterBind(c, p, m);
+}
+
+void Engine::Impl::BindBuffer(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+                              const std::shared_ptr<RecvBufferReg>& reg) {
+  m->matched = true;
+  m->sink = reg->sink;
+  m->reg = reg;
+  if (m->remote_offset > reg->size || m->total > reg->size - m->remote_offset) {
+    Bump(stats.bad_offset);
+    reg->sink->Fail(false, 0,
+                    absl::StrCat("rank ", p.rank, " wrote ", m->total,
+                                 " bytes at offset ", m->remote_offset,
+                                 " into a recv buffer of ", reg->size,
+                                 " bytes on slot ", m->slot));
+    m->discard = true;
+    m->target = nullptr;
+  } else {
+    m->target = reg->base + m->remote_offset;
+  }
+  reg->order.push_back(m);
+  AfterBind(c, p, m);
+}
+
+void Engine::Impl::AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (m->eager) {
+    if (m->target && m->total) {
+      // Bytes that have not arrived yet are garbage here and get
+      // overwritten when they do.
+      std::memcpy(m->target, m->stash.data(), m->total);
+    }
+    std::vector<uint8_t>().swap(m->stash);
+  } else {
+    WireHeader cts;
+    cts.type = static_cast<uint8_t>(PacketType::kCts);
+    cts.message_id = m->id;
+    cts.slot = m->slot;
+    cts.total_length = m->total;
+    p.ctrl.push_back(cts);
+  }
+  MaybeComplete(c, p, m);
+}
+
+void Engine::Impl::MaybeComplete(Ctx& c, Peer& p,
+                                 const std::shared_ptr<InMsg>& m) {
+  if (m->completed || !m->matched || m->received < m->total) return;
+  m->completed = true;
+  if (m->eager) {
+    p.eager_stashed -= m->charge;
+    WireHeader credit;
+    credit.type = static_cast<uint8_t>(PacketType::kCredit);
+    credit.aux = m->charge;
+    p.ctrl.push_back(credit);
+  }
+  p.in_msgs.erase(m->id);
+  if (m->kind == MsgKind::kUnbound) {
+    if (!m->discard && m->sink) m->sink->Complete(false, m->op, p.rank);
+    return;
+  }
+  m->done = true;
+  auto reg = m->reg.lock();
+  if (!reg) return;
+  while (!reg->order.empty() && reg->order.front()->done) {
+    auto front = reg->order.front();
+    reg->order.pop_front();
+    if (!front->discard) reg->sink->Complete(false, 0, reg->peer);
+  }
+}
+
+// ===================== public API =====================
+
+absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
+    std::unique_ptr<PacketIo> io, const EngineOptions& options,
+    size_t rx_buffer_bytes) {
+  if (!io) return absl::InvalidArgumentError("Engine needs a PacketIo");
+  if (io->MaxDatagram() < kHeaderBytes + 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "backend datagram size ", io->MaxDatagram(), " is below the ",
+        kHeaderBytes + 64, " bytes the protocol needs"));
+  }
+  if (options.min_rto.count() <= 0 || options.max_rto < options.min_rto) {
+    return absl::InvalidArgumentError("engine options: need 0 < min_rto <= max_rto");
+  }
+  std::shared_ptr<Engine> e(new Engine());
+  e->impl_ = std::make_unique<Impl>(std::move(io), options, rx_buffer_bytes);
+  Impl* impl = e->impl_.get();
+  impl->thread = std::thread([impl] { impl->Run(); });
+  return e;
+}
+
+Engine::~Engine() {
+  if (!impl_) return;
+  impl_->stop = true;
+  impl_->io->Wake();
+  if (impl_->thread.joinable()) impl_->thread.join();
+}
+
+uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto c = std::make_unique<Ctx>();
+  c->id = impl_->next_ctx++;
+  c->rank = rank;
+  c->size = size;
+  c->local_token = local_token;
+  c->token = rank == 0 ? local_token : 0;
+  // Incast: a receiver's buffer is shared by all of its senders.
+  const size_t peers = size > 1 ? static_cast<size_t>(size - 1) : 1;
+  const size_t share = impl_->rx_buffer_bytes / peers;
+  c->window = std::max<uint64_t>(
+      std::min<uint64_t>(impl_->opts.window_bytes, share),
+      2 * static_cast<uint64_t>(impl_->max_payload));
+  c->peers.resize(size);
+  for (int i = 0; i < size; ++i) {
+    Peer& p = c->peers[i];
+    p.rank = i;
+    p.eager_credit = static_cast<int64_t>(impl_->opts.eager_budget_per_peer);
+    p.rtt = RttEstimator(impl_->opts.initial_rto, impl_->opts.min_rto,
+                         impl_->opts.max_rto);
+  }
+  const uint32_t id = c->id;
+  impl_->contexts.emplace(id, std::move(c));
+  return id;
+}
+
+void Engine::UnregisterContext(uint32_t ctx) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  impl_->contexts.erase(ctx);
+}
+
+absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
+                                 const IoAddress& io, uint32_t remote_ctx,
+                                 uint64_t remote_token) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (peer_rank < 0 || peer_rank >= c->size || peer_rank == c->rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot connect rank ", c->rank, " to rank ", peer_rank,
+        " in a context of size ", c->size));
+  }
+  auto handle = impl_->io->ResolvePeer(io);
+  if (!handle.ok()) return handle.status();
+  Peer& p = c->peers[peer_rank];
+  p.handle = *handle;
+  p.remote_ctx = remote_ctx;
+  p.connected = true;
+  if (peer_rank == 0) c->token = remote_token;
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+void Engine::ClosePeer(uint32_t ctx, int peer_rank) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c || peer_rank < 0 || peer_rank >= c->size) return;
+  c->peers[peer_rank].connected = false;
+}
+
+absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
+                                          uint64_t slot, const void* data,
+                                          size_t len, uint64_t remote_offset,
+                                          const std::shared_ptr<OpSink>& sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (dst < 0 || dst >= c->size || dst == c->rank) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", c->rank, " cannot send to rank ", dst, " (context size ",
+        c->size, ")"));
+  }
+  Peer& p = c->peers[dst];
+  if (!p.connected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "pair from rank ", c->rank, " to rank ", dst, " is not connected"));
+  }
+  auto m = std::make_shared<OutMsg>();
+  m->id = p.next_msg_id++;
+  m->op = impl_->next_op++;
+  m->slot = slot;
+  m->peer = dst;
+  m->kind = kind;
+  m->data = static_cast<const uint8_t*>(data);
+  m->len = len;
+  m->remote_offset = remote_offset;
+  m->sink = sink;
+  m->packets_total =
+      len == 0 ? 1 : (len + impl_->max_payload - 1) / impl_->max_payload;
+  m->charge = std::max<uint64_t>(len, kMinEagerCharge);
+  sink->AddPending(true, m->op,
+                   absl::StrCat("send of ", len, " bytes to rank ", dst,
+                                " on slot ", slot));
+  WireHeader h;
+  h.flags = kind == MsgKind::kBuffer ? kFlagBufferKind : 0;
+  h.message_id = m->id;
+  h.slot = slot;
+  h.total_length = len;
+  h.aux = remote_offset;
+  if (len <= impl_->opts.eager_max_message &&
+      p.eager_credit >= static_cast<int64_t>(m->charge)) {
+    m->eager = true;
+    p.eager_credit -= static_cast<int64_t>(m->charge);
+    p.data_queue.push_back(m);
+    Bump(impl_->stats.eager_messages);
+  } else {
+    // Rendezvous: announce, and send the data when the receiver grants it.
+    m->waiting_cts = true;
+    h.type = static_cast<uint8_t>(PacketType::kRts);
+    p.ctrl.push_back(h);
+    Bump(impl_->stats.rendezvous_messages);
+  }
+  p.out_msgs.emplace(m->id, m);
+  impl_->io->Wake();
+  return m->op;
+}
+
+absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
+                                          const std::vector<int>& srcs,
+                                          uint64_t slot, void* data,
+                                          size_t capacity,
+                                          const std::shared_ptr<OpSink>& sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (srcs.empty()) {
+    return absl::InvalidArgumentError("recv needs at least one source rank");
+  }
+  for (int s : srcs) {
+    if (s < 0 || s >= c->size || s == c->rank) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "rank ", c->rank, " cannot recv from rank ", s, " (context size ",
+          c->size, ")"));
+    }
+    if (!c->peers[s].connected) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "pair from rank ", c->rank, " to rank ", s, " is not connected"));
+    }
+  }
+  PostedRecv r;
+  r.op = impl_->next_op++;
+  r.srcs = srcs;
+  r.ptr = static_cast<uint8_t*>(data);
+  r.capacity = capacity;
+  r.sink = sink;
+  sink->AddPending(false, r.op,
+                   absl::StrCat("recv of up to ", capacity,
+                                " bytes from rank(s) ", RanksToString(srcs),
+                                " on slot ", slot));
+  // Earliest arrival from any allowed source wins (recv-from-any).
+  auto arr = c->arrivals.find(slot);
+  if (arr != c->arrivals.end()) {
+    auto& q = arr->second;
+    for (auto it = q.begin(); it != q.end(); ++it) {
+      if (std::find(srcs.begin(), srcs.end(), it->peer) == srcs.end()) continue;
+      Arrival a = std::move(*it);
+      q.erase(it);
+      if (q.empty()) c->arrivals.erase(arr);
+      impl_->Bind(*c, c->peers[a.peer], a.msg, r);
+      impl_->io->Wake();
+      return r.op;
+    }
+  }
+  c->posted[slot].push_back(std::move(r));
+  return c->posted[slot].back().op;
+}
+
+absl::Status Engine::RegisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
+                                        void* base, size_t size,
+                                        const std::shared_ptr<OpSink>& sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (peer < 0 || peer >= c->size || peer == c->rank) {
+    return absl::InvalidArgumentError(absl::StrCat("bad peer rank ", peer));
+  }
+  auto key = std::make_pair(peer, slot);
+  if (c->regs.count(key)) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "a recv buffer for rank ", peer, " slot ", slot, " already exists"));
+  }
+  auto reg = std::make_shared<RecvBufferReg>();
+  reg->peer = peer;
+  reg->slot = slot;
+  reg->base = static_cast<uint8_t*>(base);
+  reg->size = size;
+  reg->sink = sink;
+  c->regs.emplace(key, reg);
+  Peer& p = c->peers[peer];
+  auto arr = p.buffer_arrivals.find(slot);
+  if (arr != p.buffer_arrivals.end()) {
+    auto q = std::move(arr->second);
+    p.buffer_arrivals.erase(arr);
+    for (auto& m : q) impl_->BindBuffer(*c, p, m, reg);
+  }
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+void Engine::UnregisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
+                                  const OpSink* sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return;
+  auto it = c->regs.find({peer, slot});
+  if (it == c->regs.end() || it->second->sink.get() != sink) return;
+  for (auto& m : it->second->order) {
+    m->discard = true;
+    m->target = nullptr;
+  }
+  c->regs.erase(it);
+}
+
+void Engine::Cancel(const OpSink* sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto& kv : impl_->contexts) {
+    Ctx& c = *kv.second;
+    for (auto pit = c.posted.begin(); pit != c.posted.end();) {
+      auto& q = pit->second;
+      q.erase(std::remove_if(q.begin(), q.end(),
+                             [&](const PostedRecv& r) {
+                               return r.sink.get() == sink;
+                             }),
+              q.end());
+      pit = q.empty() ? c.posted.erase(pit) : std::next(pit);
+    }
+    for (Peer& p : c.peers) {
+      for (auto& im : p.in_msgs) {
+        InMsg& m = *im.second;
+        if (m.matched && m.sink.get() == sink) {
+          m.discard = true;
+          m.target = nullptr;
+        }
+      }
+      for (auto it = p.out_msgs.begin(); it != p.out_msgs.end();) {
+        OutMsg& m = *it->second;
+        if (m.sink.get() != sink) {
+          ++it;
+        } else if (m.len <= kDetachLimit) {
+          // Finish it from a private copy, reporting to nobody.
+          m.owned.assign(m.data, m.data + m.len);
+          m.data = m.owned.data();
+          m.sink.reset();
+          ++it;
+        } else {
+          m.cancelled = true;
+          it = p.out_msgs.erase(it);
+        }
+      }
+      p.data_queue.erase(
+          std::remove_if(p.data_queue.begin(), p.data_queue.end(),
+                         [](const std::shared_ptr<OutMsg>& m) {
+                           return m->cancelled;
+                         }),
+          p.data_queue.end());
+    }
+  }
+}
+
+Stats Engine::GetStats() const { return impl_->stats.Snapshot(); }
+
+std::string Engine::DebugState(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return "context gone";
+  std::string s = absl::StrCat("rank ", c->rank, " token ", c->token != 0);
+  for (const Peer& p : c->peers) {
+    if (!p.connected) continue;
+    absl::StrAppend(&s, "; peer ", p.rank, ": tx seq ", p.next_seq, " unacked ",
+                    p.next_seq - p.unacked_base, " (", p.inflight_bytes,
+                    " B) queued ", p.data_queue.size(), "+", p.ctrl.size(),
+                    " out_msgs ", p.out_msgs.size(), " credit ", p.eager_credit,
+                    " rto ", p.rtt.rto().count(), "us; rx cum ", p.rx.cum(),
+                    " in_msgs ", p.in_msgs.size(), " next_announce ",
+                    p.next_announce);
+  }
+  absl::StrAppend(&s, "; posted slots ", c->posted.size(), " arrival slots ",
+                  c->arrivals.size(), "; ", impl_->stats.Snapshot().ToString());
+  return s;
+}
+
+IoAddress Engine::LocalAddress() const { return impl_->io->LocalAddress(); }
+
+std::string Engine::Describe() const { return impl_->io->Describe(); }
+
+uint64_t Engine::ContextToken(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  return c ? c->token : 0;
+}
+
+double Engine::ProgressThreadCpuSeconds() const {
+  if (!impl_->have_clock) return 0;
+  timespec ts{};
+  if (clock_gettime(impl_->thread_clock, &ts) != 0) return 0;
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+PacketIo* Engine::io() { return impl_->io.get(); }
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,97 @@
+// engine.h — the datagram protocol engine of one device: contexts, peers,
+// message matching (eager / rendezvous), per-peer reliability (sequence
+// numbers, cumulative + selective acks, fast retransmit, RTO), flow control
+// (per-peer byte window, eager credit) and one progress thread with adaptive
+// backoff. It drives a PacketIo and knows nothing about Gloo classes; the
+// adapter (device.h, context.h, ...) translates.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "transport_dpdk/attr.h"
+#include "transport_dpdk/op_sink.h"
+#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/stats.h"
+
+namespace optireduce {
+namespace transport {
+
+// What a message targets at the receiver.
+enum class MsgKind : uint8_t {
+  kUnbound,  // matched against posted UnboundBuffer recvs (by slot, in order)
+  kBuffer,   // written into the peer's registered old-style recv Buffer
+};
+
+// How a message is delivered. Only kReliable exists today; the bounded
+// service (no retransmission, deadline, arrived-range report) will add a
+// mode here and set kFlagUnreliable on its packets.
+enum class Reliability : uint8_t { kReliable };
+
+class Engine {
+ public:
+  struct Impl;
+
+  // rx_buffer_bytes: how much the backend can queue on receive; the engine
+  // shares it among a context's peers as their send window (incast).
+  static absl::StatusOr<std::shared_ptr<Engine>> Create(
+      std::unique_ptr<PacketIo> io, const EngineOptions& options,
+      size_t rx_buffer_bytes);
+  ~Engine();
+
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Contexts. A context id is local to this engine and travels in the
+  // Address so peers can address it. local_token: this rank's proposal for
+  // the session token (the job uses rank 0's).
+  uint32_t RegisterContext(int rank, int size, uint64_t local_token);
+  void UnregisterContext(uint32_t ctx);
+  absl::Status ConnectPeer(uint32_t ctx, int peer_rank, const IoAddress& io,
+                           uint32_t remote_ctx, uint64_t remote_token);
+  void ClosePeer(uint32_t ctx, int peer_rank);
+
+  // Operations. Memory must stay valid until the op completes or the sink
+  // is cancelled. Return the op id (for the sink's bookkeeping).
+  absl::StatusOr<uint64_t> PostSend(uint32_t ctx, int dst, MsgKind kind,
+                                    uint64_t slot, const void* data,
+                                    size_t len, uint64_t remote_offset,
+                                    const std::shared_ptr<OpSink>& sink);
+  absl::StatusOr<uint64_t> PostRecv(uint32_t ctx, const std::vector<int>& srcs,
+                                    uint64_t slot, void* data, size_t capacity,
+                                    const std::shared_ptr<OpSink>& sink);
+  // Old-style Buffer: every kBuffer message from peer on slot lands in
+  // [base, base+size) at its remote offset and completes on sink, in order.
+  absl::Status RegisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
+                                  void* base, size_t size,
+                                  const std::shared_ptr<OpSink>& sink);
+  void UnregisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
+                            const OpSink* sink);
+  // Forgets every operation that refers to sink (its memory is going away):
+  // nothing is written to that memory afterwards.
+  void Cancel(const OpSink* sink);
+
+  Stats GetStats() const;
+  // Per-peer protocol state of one context, for diagnostics (timeouts).
+  std::string DebugState(uint32_t ctx) const;
+  IoAddress LocalAddress() const;
+  std::string Describe() const;
+  uint64_t ContextToken(uint32_t ctx) const;
+  // CPU time consumed by the progress thread so far.
+  double ProgressThreadCpuSeconds() const;
+  PacketIo* io();
+
+ private:
+  Engine() = default;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,95 @@
+// fault_injector.h — a seeded drop/duplicate/reorder/delay/corrupt wrapper
+// around any PacketIo, for tests and the cloud lab.
+//
+// Faults are applied on the receive path (each rank injects into what it
+// receives, so both directions of every pair see them), which lets the
+// injector work on backend-owned buffers without touching user memory.
+//
+// Spec: comma-separated key=value, e.g.
+//   "drop=0.01,dup=0.001,reorder=0.02,delay_us=50,corrupt=0.001,seed=7"
+//   drop, dup, reorder, corrupt: probabilities in [0, 1]
+//   delay_us: every datagram is delayed uniformly in [0, delay_us]
+//   seed: RNG seed (default 1); the same seed gives the same decisions for
+//         the same input sequence.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "transport_dpdk/packet_io.h"
+
+namespace optireduce {
+namespace transport {
+
+struct FaultSpec {
+  double drop = 0, dup = 0, reorder = 0, corrupt = 0;
+  uint64_t delay_us = 0;
+  uint64_t seed = 1;
+  bool Any() const {
+    return drop > 0 || dup > 0 || reorder > 0 || corrupt > 0 || delay_us > 0;
+  }
+};
+
+// Parses a spec; errors name the offending key or value.
+absl::StatusOr<FaultSpec> ParseFaultSpec(const std::string& spec);
+
+struct FaultCounters {
+  std::atomic<uint64_t> seen{0}, dropped{0}, duplicated{0}, reordered{0},
+      delayed{0}, corrupted{0};
+};
+
+class FaultInjector : public PacketIo {
+ public:
+  FaultInjector(std::unique_ptr<PacketIo> inner, const FaultSpec& spec);
+
+  std::string Describe() const override;
+  uint32_t MaxDatagram() const override { return inner_->MaxDatagram(); }
+  IoAddress LocalAddress() const override { return inner_->LocalAddress(); }
+  absl::StatusOr<PeerHandle> ResolvePeer(const IoAddress& a) override {
+    return inner_->ResolvePeer(a);
+  }
+  std::string AddressToString(const IoAddress& a) const override {
+    return inner_->AddressToString(a);
+  }
+  size_t TxBurst(const TxDatagram* d, size_t n) override {
+    return inner_->TxBurst(d, n);
+  }
+  size_t RxBurst(RxDatagram* out, size_t max) override;
+  void WaitForInput(std::chrono::microseconds timeout) override;
+  void Wake() override { inner_->Wake(); }
+
+  const FaultCounters& counters() const { return counters_; }
+  PacketIo* inner() { return inner_.get(); }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  struct Held {
+    std::vector<uint8_t> bytes;
+    Clock::time_point release;
+    bool after_next_burst;  // reorder: released only on a later burst
+  };
+  bool Chance(double p);
+  void Emit(RxDatagram* out, size_t* n, std::vector<uint8_t> bytes);
+
+  std::unique_ptr<PacketIo> inner_;
+  const FaultSpec spec_;
+  std::mt19937_64 rng_;
+  std::deque<Held> held_;
+  std::vector<std::vector<uint8_t>> emitted_;  // owned copies returned last
+  std::vector<RxDatagram> scratch_;
+  FaultCounters counters_;
+};
+
+// Wraps io in a FaultInjector if spec (or, when spec is empty, env
+// OPTIREDUCE_FAULTS) asks for faults; returns io unchanged otherwise.
+absl::StatusOr<std::unique_ptr<PacketIo>> MaybeInjectFaults(
+    std::unique_ptr<PacketIo> io, const std::string& spec);
+
+}  // namespace transport
+}  // namespace optireduce

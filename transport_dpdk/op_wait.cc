@@ -1,0 +1,48 @@
+#include "transport_dpdk/op_wait.h"
+
+#include <gloo/common/error.h>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace optireduce {
+namespace transport {
+
+bool WaitForCompletion(OpSink& sink, bool send, int* rank,
+                       std::chrono::milliseconds timeout,
+                       const std::function<std::string()>& diagnostics) {
+  std::unique_lock<std::mutex> lock(sink.mu);
+  auto& done = send ? sink.sends_done : sink.recvs_done;
+  bool& aborted = send ? sink.abort_send : sink.abort_recv;
+  auto ready = [&] { return !done.empty() || aborted || !sink.errors.empty(); };
+  if (timeout.count() <= 0) {
+    sink.cv.wait(lock, ready);
+  } else if (!sink.cv.wait_for(lock, timeout, ready)) {
+    const auto& pending = send ? sink.pending_sends : sink.pending_recvs;
+    std::vector<std::string> what;
+    for (const auto& kv : pending) {
+      if (!kv.second.done) what.push_back(kv.second.what);
+    }
+    lock.unlock();
+    GLOO_THROW_IO_EXCEPTION(
+        "Timed out after ", timeout.count(), " ms waiting for ",
+        what.empty() ? std::string(send ? "a send" : "a recv")
+                     : absl::StrJoin(what, "; "),
+        diagnostics ? " [transport state: " + diagnostics() + "]" : "");
+  }
+  if (!sink.errors.empty()) {
+    std::string e = std::move(sink.errors.front());
+    sink.errors.pop_front();
+    GLOO_THROW_IO_EXCEPTION(e);
+  }
+  if (done.empty()) {  // aborted
+    aborted = false;
+    return false;
+  }
+  if (rank) *rank = done.front();
+  done.pop_front();
+  return true;
+}
+
+}  // namespace transport
+}  // namespace optireduce

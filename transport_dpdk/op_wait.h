@@ -1,0 +1,24 @@
+// op_wait.h — how Gloo-facing waits block on an OpSink: timeout from the
+// caller or the context, gloo::IoException naming the pending peer(s) and
+// slot(s) on timeout or failure, false on abort.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <string>
+
+#include "transport_dpdk/op_sink.h"
+
+namespace optireduce {
+namespace transport {
+
+// Waits for one completed send (send=true) or recv on sink. Returns true
+// and stores the peer rank in *rank (if non-null) on completion; false if
+// the wait was aborted. timeout <= 0 means no timeout (Gloo's kNoTimeout).
+// diagnostics() (may be empty) is appended to timeout messages.
+bool WaitForCompletion(OpSink& sink, bool send, int* rank,
+                       std::chrono::milliseconds timeout,
+                       const std::function<std::string()>& diagnostics = {});
+
+}  // namespace transport
+}  // namespace optireduce

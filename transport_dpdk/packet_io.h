@@ -1,0 +1,91 @@
+// packet_io.h — the narrow datagram interface every backend implements.
+//
+// The protocol engine (engine.h) is the only user. A backend moves opaque
+// datagrams between endpoints; it knows nothing about ranks, messages or
+// reliability. Backends today: udp (kernel sockets), loop (in-process
+// queues); dpdk (ethdev) is meant to plug in through this same interface.
+//
+// Threading: TxBurst, RxBurst, WaitForInput and ResolvePeer are called only
+// from the engine's progress thread (ResolvePeer also from the thread that
+// connects pairs, under the engine lock). Wake() may be called from any
+// thread at any time.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace optireduce {
+namespace transport {
+
+// A backend's own address of an endpoint: opaque, fixed length, and carried
+// inside the Gloo Address bytes (UDP: IPv4 + port; DPDK: MAC + IPv4 + port +
+// queue; loop: endpoint id). Unused trailing bytes must be zero.
+inline constexpr size_t kIoAddressBytes = 32;
+using IoAddress = std::array<uint8_t, kIoAddressBytes>;
+
+// A resolved destination, valid for the lifetime of the PacketIo.
+using PeerHandle = uint32_t;
+
+// One datagram to send: the engine's header followed by the payload. The two
+// parts are separate so that payload bytes can go straight from user memory
+// (scatter-gather) without an extra copy in the engine.
+struct TxDatagram {
+  PeerHandle peer = 0;
+  const void* head = nullptr;
+  uint32_t head_len = 0;
+  const void* body = nullptr;  // may be null when body_len == 0
+  uint32_t body_len = 0;
+};
+
+// One received datagram. The bytes belong to the backend and stay valid (and
+// writable, so a fault injector may corrupt them in place) until the next
+// RxBurst call on the same PacketIo.
+struct RxDatagram {
+  uint8_t* data = nullptr;
+  uint32_t len = 0;
+};
+
+class PacketIo {
+ public:
+  virtual ~PacketIo() = default;
+
+  // Human-readable description, e.g. "udp 127.0.0.1:40123".
+  virtual std::string Describe() const = 0;
+
+  // Largest datagram (head_len + body_len) TxBurst accepts and RxBurst returns.
+  virtual uint32_t MaxDatagram() const = 0;
+
+  // This endpoint's address, to be published through rendezvous.
+  virtual IoAddress LocalAddress() const = 0;
+
+  // Turns a peer's published address into a handle for TxBurst. Resolving the
+  // same address twice returns the same handle.
+  virtual absl::StatusOr<PeerHandle> ResolvePeer(const IoAddress& address) = 0;
+
+  // Human-readable form of an address of this backend's kind.
+  virtual std::string AddressToString(const IoAddress& address) const = 0;
+
+  // Sends datagrams[0..n) in order; returns how many the backend accepted.
+  // The rest were not sent (transient backpressure). Accepted datagrams may
+  // still be lost on the way: the engine provides reliability.
+  virtual size_t TxBurst(const TxDatagram* datagrams, size_t n) = 0;
+
+  // Receives up to max datagrams without blocking; returns how many.
+  // Invalidates the datagrams returned by the previous call.
+  virtual size_t RxBurst(RxDatagram* out, size_t max) = 0;
+
+  // Blocks until input may be available, Wake() is called, or timeout
+  // passes (spurious returns are allowed). Used by the engine's backoff.
+  virtual void WaitForInput(std::chrono::microseconds timeout) = 0;
+
+  // Makes a concurrent or the next WaitForInput return promptly.
+  virtual void Wake() = 0;
+};
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,54 @@
+// packet_io_udp.h — kernel UDP backend: one nonblocking IPv4 socket per
+// device, sendmmsg/recvmmsg bursts, poll() on the socket + an eventfd to
+// sleep when idle.
+#pragma once
+
+#include <netinet/in.h>
+
+#include <memory>
+#include <vector>
+
+#include "transport_dpdk/attr.h"
+#include "transport_dpdk/packet_io.h"
+
+namespace optireduce {
+namespace transport {
+
+class UdpPacketIo : public PacketIo {
+ public:
+  static absl::StatusOr<std::unique_ptr<UdpPacketIo>> Create(
+      const udp::attr& attr);
+  ~UdpPacketIo() override;
+
+  std::string Describe() const override;
+  uint32_t MaxDatagram() const override { return max_datagram_; }
+  IoAddress LocalAddress() const override;
+  absl::StatusOr<PeerHandle> ResolvePeer(const IoAddress& address) override;
+  std::string AddressToString(const IoAddress& address) const override;
+  size_t TxBurst(const TxDatagram* datagrams, size_t n) override;
+  size_t RxBurst(RxDatagram* out, size_t max) override;
+  void WaitForInput(std::chrono::microseconds timeout) override;
+  void Wake() override;
+
+  // The kernel's actual receive buffer size (after doubling).
+  size_t ReceiveBufferBytes() const { return rcvbuf_bytes_; }
+  uint16_t port() const { return ntohs(local_.sin_port); }
+
+ private:
+  UdpPacketIo() = default;
+
+  int fd_ = -1;
+  int wake_fd_ = -1;
+  uint32_t max_datagram_ = 0;
+  size_t rcvbuf_bytes_ = 0;
+  sockaddr_in local_{};
+  std::vector<sockaddr_in> peers_;  // by PeerHandle
+  std::vector<uint8_t> rx_storage_;
+  std::vector<uint8_t*> rx_slots_;
+};
+
+// Encodes/decodes the UDP backend's IoAddress (IPv4 + port).
+IoAddress UdpAddress(const sockaddr_in& sin);
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,66 @@
+#include "transport_dpdk/stats.h"
+
+#include "absl/strings/str_cat.h"
+
+namespace optireduce {
+namespace transport {
+
+uint64_t Stats::TotalDropped() const {
+  uint64_t n = bad_token + bad_context + bad_rank + bad_offset +
+               unknown_message + out_of_window + unsupported;
+  for (uint64_t m : malformed) n += m;
+  return n;
+}
+
+std::string Stats::ToString() const {
+  std::string s = absl::StrCat(
+      "tx ", tx_packets, " pkts/", tx_bytes, " B, rx ", rx_packets, " pkts/",
+      rx_bytes, " B, retx ", retransmits, " (rto ", rto_events, ", fast ",
+      fast_retransmits, "), dup ", duplicates, ", acks ", acks_sent, "/",
+      acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
+      "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
+      " offset ", bad_offset, " msg ", unknown_message, " window ",
+      out_of_window, " unsupported ", unsupported);
+  for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
+    if (malformed[i]) {
+      absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
+                      malformed[i]);
+    }
+  }
+  return s;
+}
+
+Stats AtomicStats::Snapshot() const {
+  Stats s;
+  auto r = [](const std::atomic<uint64_t>& a) {
+    return a.load(std::memory_order_relaxed);
+  };
+  s.tx_packets = r(tx_packets);
+  s.tx_bytes = r(tx_bytes);
+  s.tx_backpressure = r(tx_backpressure);
+  s.rx_packets = r(rx_packets);
+  s.rx_bytes = r(rx_bytes);
+  s.retransmits = r(retransmits);
+  s.rto_events = r(rto_events);
+  s.fast_retransmits = r(fast_retransmits);
+  s.duplicates = r(duplicates);
+  s.acks_sent = r(acks_sent);
+  s.acks_received = r(acks_received);
+  s.eager_messages = r(eager_messages);
+  s.rendezvous_messages = r(rendezvous_messages);
+  for (int i = 0; i < static_cast<int>(ParseError::kCount); ++i) {
+    s.malformed[i] = r(malformed[i]);
+  }
+  s.bad_checksum = s.malformed[static_cast<int>(ParseError::kBadChecksum)];
+  s.bad_token = r(bad_token);
+  s.bad_context = r(bad_context);
+  s.bad_rank = r(bad_rank);
+  s.bad_offset = r(bad_offset);
+  s.unknown_message = r(unknown_message);
+  s.out_of_window = r(out_of_window);
+  s.unsupported = r(unsupported);
+  return s;
+}
+
+}  // namespace transport
+}  // namespace optireduce

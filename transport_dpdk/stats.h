@@ -1,0 +1,55 @@
+// stats.h — counters of one device's engine, readable at any time.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+
+#include "transport_dpdk/wire_format.h"
+
+namespace optireduce {
+namespace transport {
+
+// A plain snapshot; see Engine::GetStats / Device::stats().
+struct Stats {
+  uint64_t tx_packets = 0, tx_bytes = 0, tx_backpressure = 0;
+  uint64_t rx_packets = 0, rx_bytes = 0;
+  uint64_t retransmits = 0, rto_events = 0, fast_retransmits = 0;
+  uint64_t duplicates = 0;        // seq already received (re-acked)
+  uint64_t acks_sent = 0, acks_received = 0;
+  uint64_t eager_messages = 0, rendezvous_messages = 0;
+  // Drops, by reason. None of these ever touch user memory.
+  uint64_t malformed[static_cast<int>(ParseError::kCount)] = {};  // by ParseError
+  uint64_t bad_checksum = 0;      // also counted in malformed[kBadChecksum]
+  uint64_t bad_token = 0;         // session token of another job
+  uint64_t bad_context = 0;       // no such context on this device
+  uint64_t bad_rank = 0;          // src/dst rank unknown or not connected
+  uint64_t bad_offset = 0;        // data outside the message or the target
+  uint64_t unknown_message = 0;   // message id/slot/kind that does not match
+  uint64_t out_of_window = 0;     // seq beyond the receive window
+  uint64_t unsupported = 0;       // e.g. unreliable (bounded) packets
+  uint64_t TotalDropped() const;
+  std::string ToString() const;
+};
+
+// The engine's live counters (relaxed atomics: written by the progress
+// thread, read by anyone).
+struct AtomicStats {
+  std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0};
+  std::atomic<uint64_t> rx_packets{0}, rx_bytes{0};
+  std::atomic<uint64_t> retransmits{0}, rto_events{0}, fast_retransmits{0};
+  std::atomic<uint64_t> duplicates{0}, acks_sent{0}, acks_received{0};
+  std::atomic<uint64_t> eager_messages{0}, rendezvous_messages{0};
+  std::atomic<uint64_t> malformed[static_cast<int>(ParseError::kCount)] = {};
+  std::atomic<uint64_t> bad_token{0}, bad_context{0}, bad_rank{0};
+  std::atomic<uint64_t> bad_offset{0}, unknown_message{0}, out_of_window{0};
+  std::atomic<uint64_t> unsupported{0};
+  Stats Snapshot() const;
+};
+
+inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.fetch_add(n, std::memory_order_relaxed);
+}
+
+}  // namespace transport
+}  // namespace optireduce

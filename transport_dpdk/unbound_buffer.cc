@@ -1,0 +1,87 @@
+#include "transport_dpdk/unbound_buffer.h"
+
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+
+#include "transport_dpdk/context.h"
+#include "transport_dpdk/op_wait.h"
+
+namespace optireduce {
+namespace transport {
+
+UnboundBuffer::UnboundBuffer(std::shared_ptr<Context> context, void* ptr,
+                             size_t size)
+    : ::gloo::transport::UnboundBuffer(ptr, size),
+      context_(std::move(context)) {}
+
+UnboundBuffer::~UnboundBuffer() {
+  // Operations still in flight must not touch this memory any more.
+  context_->engine().Cancel(sink_.get());
+}
+
+size_t UnboundBuffer::Resolve(size_t offset, size_t nbytes) const {
+  // Gloo's bcube allreduce posts empty transfers at offsets past the end
+  // when there are fewer elements than ranks; an empty transfer touches no
+  // memory, so any offset is fine for it.
+  if (nbytes == 0 || (nbytes == kUnspecifiedByteCount && offset >= size)) {
+    return 0;
+  }
+  GLOO_ENFORCE(offset <= size, "offset ", offset, " beyond buffer size ", size);
+  if (nbytes == kUnspecifiedByteCount) nbytes = size - offset;
+  GLOO_ENFORCE(nbytes <= size - offset, "offset ", offset, " + nbytes ",
+               nbytes, " exceeds buffer size ", size);
+  return nbytes;
+}
+
+std::chrono::milliseconds UnboundBuffer::EffectiveTimeout(
+    std::chrono::milliseconds t) const {
+  return t == ::gloo::transport::kUnsetTimeout ? context_->getTimeout() : t;
+}
+
+bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
+  return WaitForCompletion(*sink_, false, rank, EffectiveTimeout(timeout),
+                           [this] { return context_->engine().DebugState(context_->id()); });
+}
+
+bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
+  return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
+                           [this] { return context_->engine().DebugState(context_->id()); });
+}
+
+void UnboundBuffer::abortWaitRecv() {
+  std::lock_guard<std::mutex> lock(sink_->mu);
+  sink_->abort_recv = true;
+  sink_->cv.notify_all();
+}
+
+void UnboundBuffer::abortWaitSend() {
+  std::lock_guard<std::mutex> lock(sink_->mu);
+  sink_->abort_send = true;
+  sink_->cv.notify_all();
+}
+
+void UnboundBuffer::send(int dst, uint64_t slot, size_t offset,
+                         size_t nbytes) {
+  nbytes = Resolve(offset, nbytes);
+  auto op = context_->engine().PostSend(
+      context_->id(), dst, MsgKind::kUnbound, slot,
+      static_cast<char*>(ptr) + (nbytes ? offset : 0), nbytes, 0, sink_);
+  GLOO_ENFORCE(op.ok(), op.status().ToString());
+}
+
+void UnboundBuffer::recv(int src, uint64_t slot, size_t offset,
+                         size_t nbytes) {
+  recv(std::vector<int>{src}, slot, offset, nbytes);
+}
+
+void UnboundBuffer::recv(std::vector<int> srcs, uint64_t slot, size_t offset,
+                         size_t nbytes) {
+  nbytes = Resolve(offset, nbytes);
+  auto op = context_->engine().PostRecv(context_->id(), srcs, slot,
+                                        static_cast<char*>(ptr) + (nbytes ? offset : 0),
+                                        nbytes, sink_);
+  GLOO_ENFORCE(op.ok(), op.status().ToString());
+}
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,41 @@
+// unbound_buffer.h — Gloo's UnboundBuffer: memory not tied to a pair; sends
+// and recvs (including recv-from-any) are posted to the engine and waited on
+// through an OpSink.
+#pragma once
+
+#include <memory>
+
+#include <gloo/transport/unbound_buffer.h>
+
+#include "transport_dpdk/op_sink.h"
+
+namespace optireduce {
+namespace transport {
+
+class Context;
+
+class UnboundBuffer : public ::gloo::transport::UnboundBuffer {
+ public:
+  UnboundBuffer(std::shared_ptr<Context> context, void* ptr, size_t size);
+  ~UnboundBuffer() override;
+
+  bool waitRecv(int* rank, std::chrono::milliseconds timeout) override;
+  bool waitSend(int* rank, std::chrono::milliseconds timeout) override;
+  void abortWaitRecv() override;
+  void abortWaitSend() override;
+
+  void send(int dst, uint64_t slot, size_t offset, size_t nbytes) override;
+  void recv(int src, uint64_t slot, size_t offset, size_t nbytes) override;
+  void recv(std::vector<int> srcs, uint64_t slot, size_t offset,
+            size_t nbytes) override;
+
+ private:
+  size_t Resolve(size_t offset, size_t nbytes) const;
+  std::chrono::milliseconds EffectiveTimeout(std::chrono::milliseconds t) const;
+
+  std::shared_ptr<Context> context_;
+  std::shared_ptr<OpSink> sink_ = std::make_shared<OpSink>();
+};
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,117 @@
+// wire_format.h — THE definition of the optireduce datagram header.
+//
+// Every datagram is one 96-byte header followed by payload_length bytes.
+// All fields are little-endian and naturally aligned (offsets below). The
+// checksum is CRC32C over the header (with the checksum field zero) followed
+// by the payload; it catches corruption the link layer missed.
+//
+//  off size field           meaning
+//    0   4  magic           kMagic ("ORDP")
+//    4   1  version         kVersion
+//    5   1  type            PacketType
+//    6   2  flags           PacketFlags bits
+//    8   8  session_token   per-job token; packets of other jobs are dropped
+//   16   4  src_rank        sender's rank in the context
+//   20   4  dst_rank        receiver's rank in the context
+//   24   4  dst_context     receiver's context id (from its Address)
+//   28   4  payload_length  bytes after the header
+//   32   8  seq             per-(peer, direction) packet sequence (not ACK)
+//   40   8  message_id      per-(peer, direction) message number
+//   48   8  slot            Gloo slot/tag of the message
+//   56   8  offset          DATA: byte offset of the payload in the message
+//   64   8  total_length    length of the whole message
+//   72   8  ack_seq         ACK: cumulative ack (all seq < ack_seq received);
+//                           selective-ack bitmap for seqs ack_seq+1.. in payload
+//   80   8  aux             RTS/DATA of a Buffer message: destination offset;
+//                           CREDIT: eager bytes returned
+//   88   4  checksum        CRC32C
+//   92   4  reserved        must be zero
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace optireduce {
+namespace transport {
+
+inline constexpr uint32_t kMagic = 0x5044524Fu;  // "ORDP" little-endian
+inline constexpr uint8_t kVersion = 1;
+inline constexpr size_t kHeaderBytes = 96;
+// Largest selective-ack bitmap an ACK may carry (bits for 8192 packets).
+inline constexpr size_t kMaxSackBytes = 1024;
+
+enum class PacketType : uint8_t {
+  kData = 1,    // message bytes [offset, offset+payload_length)
+  kRts = 2,     // rendezvous announce: "message_id of total_length on slot"
+  kCts = 3,     // rendezvous grant: "send message_id now"
+  kAck = 4,     // unsequenced; cumulative + selective ack
+  kCredit = 5,  // eager buffer space returned (aux bytes)
+  kNop = 6,     // fills a sequence number whose packet was cancelled
+};
+
+enum PacketFlags : uint16_t {
+  kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)
+  kFlagBufferKind = 1u << 1,  // targets an old-style Buffer (aux = offset)
+  // Seam for the bounded service: the sender will not retransmit this packet
+  // and the receiver must not expect it. Not implemented yet; the engine
+  // rejects (drops and counts) packets carrying it.
+  kFlagUnreliable = 1u << 2,
+  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable,
+};
+
+struct WireHeader {
+  uint32_t magic = kMagic;
+  uint8_t version = kVersion;
+  uint8_t type = 0;
+  uint16_t flags = 0;
+  uint64_t session_token = 0;
+  uint32_t src_rank = 0;
+  uint32_t dst_rank = 0;
+  uint32_t dst_context = 0;
+  uint32_t payload_length = 0;
+  uint64_t seq = 0;
+  uint64_t message_id = 0;
+  uint64_t slot = 0;
+  uint64_t offset = 0;
+  uint64_t total_length = 0;
+  uint64_t ack_seq = 0;
+  uint64_t aux = 0;
+  uint32_t checksum = 0;
+  uint32_t reserved = 0;
+};
+static_assert(sizeof(WireHeader) == kHeaderBytes, "header layout");
+static_assert(offsetof(WireHeader, session_token) == 8, "header layout");
+static_assert(offsetof(WireHeader, seq) == 32, "header layout");
+static_assert(offsetof(WireHeader, checksum) == 88, "header layout");
+
+// Why a datagram was rejected by ParseDatagram. kOk means accepted.
+enum class ParseError : uint8_t {
+  kOk = 0,
+  kTooShort,
+  kBadMagic,
+  kBadVersion,
+  kBadType,
+  kBadFlags,
+  kBadReserved,
+  kBadLength,     // payload_length disagrees with the datagram length
+  kBadChecksum,
+  kBadBounds,     // offset/length outside total_length, or control with payload
+  kCount,
+};
+const char* ParseErrorName(ParseError e);
+
+// Serialises h (with h.checksum ignored) into out[0..kHeaderBytes) and fills
+// in the checksum over header + payload. h.payload_length must equal
+// payload_len.
+void EncodeHeader(const WireHeader& h, const void* payload, size_t payload_len,
+                  uint8_t* out);
+
+// Validates a received datagram and decodes its header. On success the
+// payload is data + kHeaderBytes with h->payload_length bytes.
+ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h);
+
+std::string HeaderToString(const WireHeader& h);
+
+}  // namespace transport
+}  // namespace optireduce
