@@ -1,0 +1,122 @@
+#include "gloo_ext/devices.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include "absl/strings/str_cat.h"
+#include "transport_dpdk/attr.h"
+#include "transport_dpdk/device.h"
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#include "transport_dpdk/dpdk_device.h"
+#endif
+
+namespace optireduce {
+namespace gloo_ext {
+namespace {
+
+absl::StatusOr<std::string> InterfaceAddress(const std::string& interface) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    return absl::InternalError(absl::StrCat("getifaddrs failed looking up interface ",
+                                            interface));
+  }
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (interface != a->ifa_name) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) {
+      found = text;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("interface '", interface, "' has no IPv4 address (UDP device)"));
+  }
+  return found;
+}
+
+transport::EngineOptions EngineOptionsOf(const Config& config) {
+  transport::EngineOptions engine;
+  engine.session_token = config.session_token;
+  engine.faults = config.faults;
+  return engine;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> BindHost(const Config& config, const std::string& interface,
+                                     const std::string& hostname) {
+  if (!config.udp_host.empty()) return config.udp_host;
+  if (!interface.empty()) return InterfaceAddress(interface);
+  if (!hostname.empty()) return hostname;
+  return std::string("127.0.0.1");
+}
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
+    const Config& config, const std::string& interface, const std::string& hostname) {
+  absl::StatusOr<std::string> host = BindHost(config, interface, hostname);
+  if (!host.ok()) return host.status();
+  transport::udp::attr attr;
+  attr.hostname = *host;
+  attr.max_datagram = config.udp_max_datagram;
+  attr.socket_buffer_bytes = config.socket_buffer_bytes;
+  attr.engine = EngineOptionsOf(config);
+  if (config.udp_port_base == 0) {
+    attr.port = 0;
+    auto device = transport::udp::CreateDeviceOrError(attr);
+    if (!device.ok()) return device.status();
+    return std::shared_ptr<::gloo::transport::Device>(*device);
+  }
+  absl::Status last;
+  const int last_port = std::min(65535, config.udp_port_base + config.udp_port_range - 1);
+  for (int port = config.udp_port_base; port <= last_port; port++) {
+    attr.port = static_cast<uint16_t>(port);
+    auto device = transport::udp::CreateDeviceOrError(attr);
+    if (device.ok()) return std::shared_ptr<::gloo::transport::Device>(*device);
+    last = device.status();
+    // Only "port taken" moves on to the next port; anything else is a real error.
+    if (!absl::IsUnavailable(last)) return last;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "no free UDP port in ", config.udp_port_base, "..", last_port, " on ", *host,
+      " (OPTIREDUCE_UDP_PORT_BASE/OPTIREDUCE_UDP_PORT_RANGE); last error: ", last.message()));
+}
+
+bool HaveDpdkDevice() {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
+    const Config& config, const std::string& interface, const std::string& hostname) {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+  // The dpdk backend's attr (transport_dpdk/dpdk_device.h). EAL arguments come from
+  // OPTIREDUCE_EAL_ARGS (read by the backend itself when attr leaves them empty).
+  transport::dpdk::attr attr;
+  attr.eal_args = config.eal_args;
+  if (!config.dpdk_file_prefix.empty()) {
+    attr.eal_args += " --file-prefix=" + config.dpdk_file_prefix;
+  }
+  attr.port_id = config.dpdk_port;
+  attr.engine = EngineOptionsOf(config);
+  auto device = transport::dpdk::CreateDeviceOrError(attr);
+  if (!device.ok()) return device.status();
+  return std::shared_ptr<::gloo::transport::Device>(*device);
+#else
+  return absl::UnimplementedError(
+      "GLOO_DEVICE_TRANSPORT=DPDK: this optireduce build has no DPDK device (built without "
+      "transport_dpdk/dpdk_device.h); use GLOO_DEVICE_TRANSPORT=UDP");
+#endif
+}
+
+}  // namespace gloo_ext
+}  // namespace optireduce
