@@ -14,6 +14,7 @@
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
 #include "gloo_ext/config.h"
+#include "gloo_ext/devices.h"
 #include "gloo_ext/interposer.h"
 #include "gloo_ext/optireduce_mode.h"
 #include "rendezvous/redis_kv.h"
@@ -89,6 +90,7 @@ std::string JsonString(const std::string& s) {
 std::string StatsJson() {
   return absl::StrCat("{\"interposer\": ", optireduce::gloo_ext::CountersJson(),
                       ", \"optireduce\": ", optireduce::gloo_ext::OptiReduceStatsJson(),
+                      ", \"transport\": ", optireduce::gloo_ext::DeviceStatsJson(),
                       ", \"interposed\": ",
                       optireduce::gloo_ext::InterposerIsFirstInLookup() ? "true" : "false",
                       "}");

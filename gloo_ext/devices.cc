@@ -5,6 +5,10 @@
 #include <net/if.h>
 #include <netinet/in.h>
 
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/device.h"
@@ -41,6 +45,22 @@ absl::StatusOr<std::string> InterfaceAddress(const std::string& interface) {
   return found;
 }
 
+std::mutex devices_mu;
+std::vector<std::weak_ptr<transport::Device>>& Devices() {
+  static auto* devices = new std::vector<std::weak_ptr<transport::Device>>();
+  return *devices;
+}
+
+std::shared_ptr<::gloo::transport::Device> Remember(std::shared_ptr<transport::Device> d) {
+  std::lock_guard<std::mutex> lock(devices_mu);
+  auto& devices = Devices();
+  devices.erase(std::remove_if(devices.begin(), devices.end(),
+                               [](const auto& w) { return w.expired(); }),
+                devices.end());
+  devices.push_back(d);
+  return d;
+}
+
 transport::EngineOptions EngineOptionsOf(const Config& config) {
   transport::EngineOptions engine;
   engine.session_token = config.session_token;
@@ -71,14 +91,14 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
     attr.port = 0;
     auto device = transport::udp::CreateDeviceOrError(attr);
     if (!device.ok()) return device.status();
-    return std::shared_ptr<::gloo::transport::Device>(*device);
+    return Remember(*device);
   }
   absl::Status last;
   const int last_port = std::min(65535, config.udp_port_base + config.udp_port_range - 1);
   for (int port = config.udp_port_base; port <= last_port; port++) {
     attr.port = static_cast<uint16_t>(port);
     auto device = transport::udp::CreateDeviceOrError(attr);
-    if (device.ok()) return std::shared_ptr<::gloo::transport::Device>(*device);
+    if (device.ok()) return Remember(*device);
     last = device.status();
     // Only "port taken" moves on to the next port; anything else is a real error.
     if (!absl::IsUnavailable(last)) return last;
@@ -110,12 +130,35 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
   attr.engine = EngineOptionsOf(config);
   auto device = transport::dpdk::CreateDeviceOrError(attr);
   if (!device.ok()) return device.status();
-  return std::shared_ptr<::gloo::transport::Device>(*device);
+  return Remember(*device);
 #else
   return absl::UnimplementedError(
       "GLOO_DEVICE_TRANSPORT=DPDK: this optireduce build has no DPDK device (built without "
       "transport_dpdk/dpdk_device.h); use GLOO_DEVICE_TRANSPORT=UDP");
 #endif
+}
+
+std::string DeviceStatsJson() {
+  transport::Stats sum;
+  uint64_t dropped = 0;
+  int alive = 0;
+  std::lock_guard<std::mutex> lock(devices_mu);
+  for (const auto& weak : Devices()) {
+    std::shared_ptr<transport::Device> d = weak.lock();
+    if (!d) continue;
+    alive++;
+    const transport::Stats s = d->stats();
+    sum.tx_packets += s.tx_packets;
+    sum.rx_packets += s.rx_packets;
+    sum.tx_bytes += s.tx_bytes;
+    sum.rx_bytes += s.rx_bytes;
+    sum.retransmits += s.retransmits;
+    dropped += s.TotalDropped();
+  }
+  return absl::StrCat("{\"devices\": ", alive, ", \"tx_packets\": ", sum.tx_packets,
+                      ", \"rx_packets\": ", sum.rx_packets, ", \"tx_bytes\": ", sum.tx_bytes,
+                      ", \"rx_bytes\": ", sum.rx_bytes, ", \"retransmits\": ", sum.retransmits,
+                      ", \"dropped\": ", dropped, "}");
 }
 
 }  // namespace gloo_ext

@@ -133,11 +133,12 @@ void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
   }
   // Cached per function pointer; torch passes &gloo::sum<T> & co. compiled into libtorch.
   const ReduceKind kind = ClassifyReduce(g.reduce, g.elementSize);
-  if (kind.type == DataType::kUnknown || kind.type == DataType::kOther) {
-    return Forward(opts, c.forwarded_unsupported_type, bytes);
-  }
-  if (kind.op == ReduceOp::kUnknown) {
-    return Forward(opts, c.forwarded_unsupported_op, bytes);
+  if (kind.type == DataType::kUnknown || kind.op == ReduceOp::kUnknown) {
+    // The classifier knows 1-, 4- and 8-byte types; a function it cannot name at those
+    // widths is an op it does not know (bitwise and/or/xor, custom), anything else a type.
+    const bool known_width = g.elementSize == 1 || g.elementSize == 4 || g.elementSize == 8;
+    return Forward(opts, known_width ? c.forwarded_unsupported_op : c.forwarded_unsupported_type,
+                   bytes);
   }
   if (config.algo == Algo::kTranspose) {
     c.tar_calls.fetch_add(1, std::memory_order_relaxed);

@@ -33,12 +33,14 @@ __all__ = [
 def stats():
     """Counters of this process.
 
-    Returns {"interposer": {...}, "optireduce": {...}, "interposed": bool}:
+    Returns {"interposer": {...}, "optireduce": {...}, "transport": {...}, "interposed": bool}:
       interposer: calls, tar_calls (GLOO_ALGO=transpose), optireduce_calls
         (GLOO_ALGO=optireduce), forwarded_calls (to stock Gloo) and why
         (forwarded_ring, forwarded_explicit_algorithm, forwarded_unsupported_type,
         forwarded_unsupported_op), errors, and bytes per path;
       optireduce: per-operation statistics of the bounded mode ({} until it reports any);
+      transport: packets/bytes/retransmits/drops summed over the live UDP/DPDK devices
+        this library created (devices: 0 means Gloo's own transport is in use);
       interposed: whether gloo::allreduce calls reach this library.
     """
     from ._library import json_call
