@@ -76,11 +76,13 @@ def check(name, got, want, rounding=False):
 
 # Sizes: fewer elements than ranks, odd, and a 1M-element tensor (several MB: many
 # datagrams, and several TAR segments when the segment is small).
-sizes = [1, 3, 1000, 1 << 20]
+# --small (4-rank jobs on 2 cores): the big tensor has 64K elements.
+BIG = (1 << 16) if "--small" in sys.argv else (1 << 20)
+sizes = [1, 3, 1000, BIG]
 for dtype in (torch.float32, torch.float64, torch.int64):
     for op in (dist.ReduceOp.SUM, dist.ReduceOp.MAX, dist.ReduceOp.PRODUCT, dist.ReduceOp.MIN):
         for n in sizes:
-            if n == (1 << 20) and (dtype != torch.float32 or op != dist.ReduceOp.SUM):
+            if n == BIG and (dtype != torch.float32 or op != dist.ReduceOp.SUM):
                 continue
             t = values(rank, n, dtype, op)
             dist.all_reduce(t, op=op)
@@ -134,11 +136,11 @@ dist.all_gather(outs, torch.full((50,), rank, dtype=torch.int64))
 for r in range(world):
     check(f"all_gather[{r}]", outs[r], torch.full((50,), r, dtype=torch.int64))
 if rank % 2 == 0 and rank + 1 < world:
-    dist.send(torch.arange(300000, dtype=torch.float32) + rank, dst=rank + 1)
+    dist.send(torch.arange(BIG, dtype=torch.float32) + rank, dst=rank + 1)
 elif rank % 2 == 1:
-    t = torch.zeros(300000, dtype=torch.float32)
+    t = torch.zeros(BIG, dtype=torch.float32)
     dist.recv(t, src=rank - 1)
-    check("recv", t, torch.arange(300000, dtype=torch.float32) + rank - 1)
+    check("recv", t, torch.arange(BIG, dtype=torch.float32) + rank - 1)
 dist.barrier()
 
 result = {"rank": rank, "ran": ran}
