@@ -173,6 +173,10 @@ OPTIREDUCE_EXPORT void optireduce_reset_stats(void) {
   optireduce::gloo_ext::ResetOptiReduceStats();
 }
 
+OPTIREDUCE_EXPORT int optireduce_have_dpdk(void) {
+  return optireduce::gloo_ext::HaveDpdkDevice() ? 1 : 0;
+}
+
 OPTIREDUCE_EXPORT int optireduce_is_interposed(void) {
   return optireduce::gloo_ext::InterposerIsFirstInLookup() ? 1 : 0;
 }

@@ -32,6 +32,8 @@ char* optireduce_config_json(void);
 // {"interposer": {...}, "optireduce": {...}, "interposed": true|false}
 char* optireduce_stats_json(void);
 void optireduce_reset_stats(void);
+// 1 if this build has the DPDK device (GLOO_DEVICE_TRANSPORT=DPDK), else 0.
+int optireduce_have_dpdk(void);
 // 1 if the gloo::allreduce that the process (libtorch) binds to is this library's.
 int optireduce_is_interposed(void);
 

@@ -23,6 +23,7 @@ __all__ = [
     "RedisStore",
     "StoreTimeoutError",
     "config",
+    "have_dpdk",
     "is_interposed",
     "library_path",
     "reset_stats",
@@ -58,6 +59,11 @@ def config():
     from ._library import json_call
 
     return json_call(library().optireduce_config_json)
+
+
+def have_dpdk():
+    """True when this build has the DPDK device (GLOO_DEVICE_TRANSPORT=DPDK)."""
+    return bool(library().optireduce_have_dpdk())
 
 
 def is_interposed():

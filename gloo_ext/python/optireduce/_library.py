@@ -56,6 +56,7 @@ def _declare(lib):
     lib.optireduce_stats_json.restype = p
     lib.optireduce_reset_stats.restype = None
     lib.optireduce_is_interposed.restype = c.c_int
+    lib.optireduce_have_dpdk.restype = c.c_int
     lib.optireduce_redis_open.restype = p
     lib.optireduce_redis_open.argtypes = [c.c_char_p, c.c_char_p, c.c_char_p, c.c_int,
                                           c.c_int64, c.c_int64]
