@@ -45,7 +45,7 @@ loss_fn = torch.nn.CrossEntropyLoss()
 
 batch = 32
 steps = 0
-for epoch in range(8):
+for epoch in range(5):
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(epoch))
     shard = order[rank::world]
     for i in range(0, len(shard) - batch + 1, batch):
