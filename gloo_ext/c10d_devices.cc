@@ -68,3 +68,27 @@ const bool kDpdkRegistered = RegisterOnce("DPDK", &CreateOptiReduceDpdkDevice);
 extern "C" __attribute__((visibility("default"))) int optireduce_torch_devices_registered() {
   return (c10d::kUdpRegistered ? 1 : 0) | (c10d::kDpdkRegistered ? 2 : 0);
 }
+
+// The hook of patches/pytorch (a PyTorch whose GlooDeviceFactory registers UDP/DPDK itself
+// and asks this library, found through dlsym(RTLD_DEFAULT), for the device). Returns 0 and
+// sets *out, or nonzero with *error set. C++ types cross this boundary: both sides must be
+// built against the same Gloo headers and C++ ABI.
+extern "C" __attribute__((visibility("default"))) int optireduce_create_gloo_device(
+    const char* transport, const std::string* interface, const std::string* hostname,
+    std::shared_ptr<::gloo::transport::Device>* out, std::string* error) {
+  try {
+    const std::string name = transport != nullptr ? transport : "";
+    if (name == "UDP") {
+      *out = c10d::CreateOptiReduceUdpDevice(*interface, *hostname);
+    } else if (name == "DPDK") {
+      *out = c10d::CreateOptiReduceDpdkDevice(*interface, *hostname);
+    } else {
+      *error = "optireduce: unknown transport '" + name + "' (allowed: UDP, DPDK)";
+      return 1;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    *error = e.what();
+    return 1;
+  }
+}

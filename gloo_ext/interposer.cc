@@ -38,14 +38,13 @@ void CountingErrors(F&& run) {
   }
 }
 
-void Forward(const ::gloo::AllreduceOptions& opts, std::atomic<uint64_t>& reason,
-             size_t bytes) {
+// Counts a call that goes to stock Gloo, and why.
+bool Forwarded(std::atomic<uint64_t>& reason, size_t bytes) {
   InterposerCounters& c = Counters();
   c.forwarded_calls.fetch_add(1, std::memory_order_relaxed);
   reason.fetch_add(1, std::memory_order_relaxed);
   c.bytes_forwarded.fetch_add(bytes, std::memory_order_relaxed);
-  AllreduceFn real = RealAllreduce();
-  CountingErrors([&] { real(opts); });
+  return false;
 }
 
 }  // namespace
@@ -111,7 +110,7 @@ bool InterposerIsFirstInLookup() {
          reinterpret_cast<void*>(&::gloo::optireduce_own_allreduce);
 }
 
-void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
+bool TryOptiReduce(const ::gloo::AllreduceOptions& opts) {
   InterposerCounters& c = Counters();
   c.calls.fetch_add(1, std::memory_order_relaxed);
   const Config& config = [&]() -> const Config& {
@@ -125,11 +124,11 @@ void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
   const gloo::detail::AllreduceOptionsImpl& g = GlooOptionsOf(opts);
   const size_t bytes = g.elements * g.elementSize;
   if (config.algo == Algo::kRing) {
-    return Forward(opts, c.forwarded_ring, bytes);
+    return Forwarded(c.forwarded_ring, bytes);
   }
   if (g.algorithm != gloo::detail::AllreduceOptionsImpl::UNSPECIFIED) {
     // The caller asked Gloo for a specific algorithm: respect it.
-    return Forward(opts, c.forwarded_explicit_algorithm, bytes);
+    return Forwarded(c.forwarded_explicit_algorithm, bytes);
   }
   // Cached per function pointer; torch passes &gloo::sum<T> & co. compiled into libtorch.
   const ReduceKind kind = ClassifyReduce(g.reduce, g.elementSize);
@@ -137,8 +136,8 @@ void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
     // The classifier knows 1-, 4- and 8-byte types; a function it cannot name at those
     // widths is an op it does not know (bitwise and/or/xor, custom), anything else a type.
     const bool known_width = g.elementSize == 1 || g.elementSize == 4 || g.elementSize == 8;
-    return Forward(opts, known_width ? c.forwarded_unsupported_op : c.forwarded_unsupported_type,
-                   bytes);
+    return Forwarded(known_width ? c.forwarded_unsupported_op : c.forwarded_unsupported_type,
+                     bytes);
   }
   if (config.algo == Algo::kTranspose) {
     c.tar_calls.fetch_add(1, std::memory_order_relaxed);
@@ -147,15 +146,35 @@ void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
                               ? AllreduceOptions::Hadamard::kAuto
                               : AllreduceOptions::Hadamard::kOff;
     CountingErrors([&] { optireduce::allreduce(opts, hadamard); });
-    return;
+    return true;
   }
   c.optireduce_calls.fetch_add(1, std::memory_order_relaxed);
   c.bytes_optireduce.fetch_add(bytes, std::memory_order_relaxed);
   CountingErrors([&] { RunOptiReduce(opts); });
+  return true;
+}
+
+void DispatchAllreduce(const ::gloo::AllreduceOptions& opts) {
+  if (TryOptiReduce(opts)) return;
+  AllreduceFn real = RealAllreduce();
+  CountingErrors([&] { real(opts); });
 }
 
 }  // namespace gloo_ext
 }  // namespace optireduce
+
+// The hook of patches/gloo (a Gloo that torch links statically calls this through
+// dlsym(RTLD_DEFAULT) when GLOO_ALGO asks): 1 = done here, 0 = run stock Gloo's allreduce.
+// options_size guards against a Gloo whose AllreduceOptions differs from the one this
+// library was compiled with.
+extern "C" __attribute__((visibility("default"))) int optireduce_gloo_allreduce(
+    const gloo::AllreduceOptions* opts, size_t options_size) {
+  GLOO_ENFORCE(options_size == sizeof(gloo::AllreduceOptions),
+               "optireduce: the calling Gloo's AllreduceOptions has ", options_size,
+               " bytes, liboptireduce was built with ", sizeof(gloo::AllreduceOptions),
+               ": rebuild optireduce against the same Gloo headers");
+  return optireduce::gloo_ext::TryOptiReduce(*opts) ? 1 : 0;
+}
 
 // The interposed symbol: _ZN4gloo9allreduceERKNS_16AllreduceOptionsE.
 namespace gloo {

@@ -39,7 +39,11 @@ void ResetCounters();
 // {"calls": N, "tar_calls": N, ...}
 std::string CountersJson();
 
-// The dispatch behind the interposed gloo::allreduce (also callable directly).
+// Runs TAR or OptiReduce when GLOO_ALGO asks and the call qualifies (true), or counts why
+// not and returns false: the caller then runs stock Gloo's allreduce.
+bool TryOptiReduce(const ::gloo::AllreduceOptions& opts);
+
+// The dispatch behind the interposed gloo::allreduce: TryOptiReduce, else the real one.
 void DispatchAllreduce(const ::gloo::AllreduceOptions& opts);
 
 // The real gloo::allreduce of libgloo (never this library's). Throws if it cannot be found.
