@@ -8,7 +8,7 @@ stock Gloo fails here.
 
 import pytest
 
-from conftest import base_env, torch_lib
+from conftest import base_env, free_port, torch_lib
 
 ALGOS = ["ring", "transpose", "optireduce"]
 
@@ -46,6 +46,10 @@ def job_env(algo, transport, loading):
     env = base_env(GLOO_ALGO=algo)
     if transport != "TCP":
         env["GLOO_DEVICE_TRANSPORT"] = transport
+    if transport == "UDP" and algo == "optireduce":
+        # A fixed port range shared by all ranks of the host: each binds the next free one.
+        env["OPTIREDUCE_UDP_PORT_BASE"] = str(free_port())
+        env["OPTIREDUCE_UDP_PORT_RANGE"] = "16"
     if loading == "preload":
         env["LD_PRELOAD"] = torch_lib()
     return env

@@ -127,3 +127,16 @@ def test_dpdk_without_backend_or_eal_args_fails_with_message():
         assert "EAL" in p.stderr or "eal" in p.stderr, p.stderr
     else:
         assert "no DPDK device" in p.stderr, p.stderr
+
+
+def test_stats_file_is_written_at_exit(tmp_path):
+    path = tmp_path / "stats-%p.json"
+    p = run_rank(base_env(GLOO_ALGO="transpose", LD_PRELOAD=torch_lib(),
+                          OPTIREDUCE_STATS_FILE=str(path)))
+    assert p.returncode == 0, p.stderr
+    files = list(tmp_path.glob("stats-*.json"))
+    assert len(files) == 1 and "%p" not in files[0].name, files
+    import json
+    stats = json.loads(files[0].read_text())
+    assert stats["interposer"]["calls"] == 1, stats
+    assert stats["interposer"]["tar_calls"] == 1, stats
