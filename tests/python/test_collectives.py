@@ -73,3 +73,17 @@ def test_four_ranks(run_job, transport, algo):
     job = run_job("collectives_worker.py", 4, job_env(algo, transport, "import"),
                   ["--import-optireduce", "--small"], timeout=400)
     expect_counters(job.results(), algo, transport)
+
+
+def test_torch_multiprocessing_spawn():
+    import os
+    import subprocess
+
+    from conftest import HERE, PYTHON
+
+    env = base_env(GLOO_ALGO="transpose", GLOO_DEVICE_TRANSPORT="UDP")
+    p = subprocess.run([PYTHON, os.path.join(HERE, "spawn_job.py")], env=env,
+                       capture_output=True, text=True, timeout=180)
+    assert p.returncode == 0, p.stderr
+    lines = sorted(p.stdout.split("\n")[:2])
+    assert lines == ["0 1 1", "1 1 1"], p.stdout

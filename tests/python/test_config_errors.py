@@ -93,13 +93,16 @@ def test_two_copies_of_the_library_do_not_kill_the_process(tmp_path):
     copy.write_bytes(open(torch_lib(), "rb").read())
     code = textwrap.dedent(f"""
         import ctypes, os
-        ctypes.CDLL({str(copy)!r}, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        second = ctypes.CDLL({str(copy)!r}, mode=os.RTLD_NOW | os.RTLD_GLOBAL)
+        first = ctypes.CDLL(None)
         import torch
-        print("ALIVE")
+        # UDP and DPDK (bits 1, 2) were registered by the preloaded copy only.
+        print("ALIVE", first.optireduce_torch_devices_registered(),
+              second.optireduce_torch_devices_registered())
     """)
     p = run_python(code, base_env(LD_PRELOAD=torch_lib()))
     assert p.returncode == 0, p.stderr
-    assert "ALIVE" in p.stdout
+    assert "ALIVE 3 0" in p.stdout, p.stdout
 
 
 def test_unknown_optireduce_variable_warns_once():
