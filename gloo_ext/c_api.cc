@@ -162,7 +162,11 @@ OPTIREDUCE_EXPORT char* optireduce_config_json(void) {
       ", \"udp_port_base\": ", config->udp_port_base,
       ", \"faults\": ", JsonString(config->faults),
       ", \"eal_args\": ", JsonString(config->eal_args),
-      ", \"dpdk_port\": ", config->dpdk_port,
+      ", \"dpdk_ports\": [", absl::StrJoin(config->dpdk_ports, ", ",
+                                           [](std::string* out, const std::string& p) {
+                                             out->append(JsonString(p));
+                                           }),
+      "]",
       ", \"sources\": [", absl::StrJoin(sources, ", "), "]}"));
 }
 

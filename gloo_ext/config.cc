@@ -1,5 +1,7 @@
 #include "gloo_ext/config.h"
 
+#include <arpa/inet.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "rendezvous/redis_url.h"
 #include "transport_dpdk/fault_injector.h"
 
@@ -48,7 +51,14 @@ const std::vector<VariableDoc>& Table() {
        "UDP device: SO_RCVBUF/SO_SNDBUF request (default 8 MiB)"},
       {"OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", "DPDK EAL arguments",
        "DPDK device: EAL arguments, whitespace separated"},
-      {"OPTIREDUCE_DPDK_PORT", "", "integer 0..65535", "DPDK device: ethdev port id (default 0)"},
+      {"OPTIREDUCE_DPDK_PORTS", "", "comma-separated port names or indexes",
+       "DPDK device: ethdev ports to use (default: every probed port)"},
+      {"OPTIREDUCE_DPDK_IPV4", "", "dotted IPv4 address",
+       "DPDK device: source address in frames (default: derived from the MAC)"},
+      {"OPTIREDUCE_DPDK_UDP_PORT", "", "integer 0..65535",
+       "DPDK device: UDP port in frames (default 0 = 17000 + device number)"},
+      {"OPTIREDUCE_DPDK_MTU", "", "0 or 576..9000",
+       "DPDK device: IP MTU (default 0 = the port's MTU)"},
       {"OPTIREDUCE_DPDK_FILE_PREFIX", "GLOO_DPDK_FILE_PREFIX", "name without whitespace",
        "DPDK device: EAL --file-prefix"},
       {"OPTIREDUCE_FAULTS", "", "drop=P,dup=P,reorder=P,corrupt=P,delay_us=N,seed=N",
@@ -246,9 +256,32 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   if (auto s = r.String("OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", &c.eal_args); !s.ok()) {
     return s;
   }
-  v = c.dpdk_port;
-  if (auto s = r.Uint("OPTIREDUCE_DPDK_PORT", "", 0, 65535, &v); !s.ok()) return s;
-  c.dpdk_port = static_cast<uint16_t>(v);
+  if (auto got = r.Get("OPTIREDUCE_DPDK_PORTS"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    for (absl::string_view port : absl::StrSplit((*got)->second, ',')) {
+      port = absl::StripAsciiWhitespace(port);
+      if (port.empty() || HasWhitespace(port)) {
+        return Invalid("OPTIREDUCE_DPDK_PORTS", (*got)->second,
+                       "comma-separated port names or indexes, e.g. net_memif0,net_memif1");
+      }
+      c.dpdk_ports.emplace_back(port);
+    }
+  }
+  if (auto s = r.String("OPTIREDUCE_DPDK_IPV4", "", &c.dpdk_ipv4); !s.ok()) return s;
+  if (!c.dpdk_ipv4.empty()) {
+    in_addr addr;
+    if (inet_pton(AF_INET, c.dpdk_ipv4.c_str(), &addr) != 1) {
+      return Invalid("OPTIREDUCE_DPDK_IPV4", c.dpdk_ipv4, "a dotted IPv4 address");
+    }
+  }
+  v = c.dpdk_udp_port;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_UDP_PORT", "", 0, 65535, &v); !s.ok()) return s;
+  c.dpdk_udp_port = static_cast<uint16_t>(v);
+  v = c.dpdk_mtu;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_MTU", "", 0, 9000, &v); !s.ok()) return s;
+  if (v != 0 && v < 576) return Invalid("OPTIREDUCE_DPDK_MTU", std::to_string(v), "0 or 576..9000");
+  c.dpdk_mtu = static_cast<uint32_t>(v);
   if (auto s = r.String("OPTIREDUCE_DPDK_FILE_PREFIX", "GLOO_DPDK_FILE_PREFIX",
                         &c.dpdk_file_prefix);
       !s.ok()) {

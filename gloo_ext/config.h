@@ -60,9 +60,12 @@ struct Config {
   size_t socket_buffer_bytes = 8 << 20;
 
   // DPDK device (GLOO_DEVICE_TRANSPORT=DPDK).
-  std::string eal_args;      // EAL arguments, split on whitespace
-  uint16_t dpdk_port = 0;    // ethdev port id
-  std::string dpdk_file_prefix;  // EAL --file-prefix ("" = as given in eal_args)
+  std::string eal_args;                 // EAL arguments, whitespace separated
+  std::vector<std::string> dpdk_ports;  // ethdev ports by name or index ("" = all probed)
+  std::string dpdk_ipv4;                // IPv4 in our frames ("" = derived from the MAC)
+  uint16_t dpdk_udp_port = 0;           // UDP port in our frames (0 = 17000 + device no.)
+  uint32_t dpdk_mtu = 0;                // IP MTU (0 = the port's, capped at 9000)
+  std::string dpdk_file_prefix;         // EAL --file-prefix ("" = as given in eal_args)
 
   // Both datagram devices.
   std::string faults;           // fault injection spec (validated here)

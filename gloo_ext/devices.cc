@@ -14,6 +14,7 @@
 #include "transport_dpdk/device.h"
 #if OPTIREDUCE_HAVE_DPDK_DEVICE
 #include "transport_dpdk/dpdk_device.h"
+#include "transport_dpdk/dpdk_eal.h"
 #endif
 
 namespace optireduce {
@@ -119,14 +120,21 @@ bool HaveDpdkDevice() {
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     const Config& config, const std::string& interface, const std::string& hostname) {
 #if OPTIREDUCE_HAVE_DPDK_DEVICE
-  // The dpdk backend's attr (transport_dpdk/dpdk_device.h). EAL arguments come from
-  // OPTIREDUCE_EAL_ARGS (read by the backend itself when attr leaves them empty).
+  // The dpdk backend's attr (transport_dpdk/dpdk_attr.h). Empty eal_args/ports make the
+  // backend read OPTIREDUCE_EAL_ARGS / OPTIREDUCE_DPDK_PORTS itself, which config.cc has
+  // validated; we pass them explicitly so aliases (GLOO_DPDK_EAL_ARGS) work too. The
+  // interface/hostname torch passes do not apply: DPDK owns its ports.
   transport::dpdk::attr attr;
   attr.eal_args = config.eal_args;
   if (!config.dpdk_file_prefix.empty()) {
+    // Appending to nothing would replace the backend's defaults with just the prefix.
+    if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
     attr.eal_args += " --file-prefix=" + config.dpdk_file_prefix;
   }
-  attr.port_id = config.dpdk_port;
+  attr.ports = config.dpdk_ports;
+  attr.ipv4 = config.dpdk_ipv4;
+  attr.udp_port = config.dpdk_udp_port;
+  attr.mtu = config.dpdk_mtu;
   attr.engine = EngineOptionsOf(config);
   auto device = transport::dpdk::CreateDeviceOrError(attr);
   if (!device.ok()) return device.status();

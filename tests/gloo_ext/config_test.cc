@@ -117,13 +117,24 @@ TEST(ConfigTest, UdpSettings) {
 
 TEST(ConfigTest, DpdkSettingsAndAliases) {
   absl::StatusOr<Config> c = Parse({{"GLOO_DPDK_EAL_ARGS", "--no-huge -m 256"},
-                                    {"OPTIREDUCE_DPDK_PORT", "1"},
+                                    {"OPTIREDUCE_DPDK_PORTS", "net_memif0, 1"},
+                                    {"OPTIREDUCE_DPDK_IPV4", "10.1.2.3"},
+                                    {"OPTIREDUCE_DPDK_UDP_PORT", "17001"},
+                                    {"OPTIREDUCE_DPDK_MTU", "9000"},
                                     {"GLOO_DPDK_FILE_PREFIX", "job7"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->eal_args, "--no-huge -m 256");
-  EXPECT_EQ(c->dpdk_port, 1);
+  EXPECT_THAT(c->dpdk_ports, ElementsAre("net_memif0", "1"));
+  EXPECT_EQ(c->dpdk_ipv4, "10.1.2.3");
+  EXPECT_EQ(c->dpdk_udp_port, 17001);
+  EXPECT_EQ(c->dpdk_mtu, 9000u);
   EXPECT_EQ(c->dpdk_file_prefix, "job7");
-  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_PORT", "x"}}), HasSubstr("OPTIREDUCE_DPDK_PORT='x'"));
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_PORTS", "a,,b"}}),
+              HasSubstr("OPTIREDUCE_DPDK_PORTS='a,,b'"));
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_IPV4", "10.1.2"}}),
+              HasSubstr("OPTIREDUCE_DPDK_IPV4='10.1.2'"));
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_MTU", "100"}}), HasSubstr("OPTIREDUCE_DPDK_MTU='100'"));
+  EXPECT_THAT(ErrorOf({{"GLOO_DPDK_FILE_PREFIX", "a b"}}), HasSubstr("GLOO_DPDK_FILE_PREFIX"));
 }
 
 TEST(ConfigTest, FaultsAreValidated) {
