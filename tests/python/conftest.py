@@ -71,10 +71,12 @@ class Job:
         for r in range(world):
             log = open(os.path.join(self.dir, f"log{r}.txt"), "w+")
             self.logs.append(log)
+            # env: one dict for all ranks, or a function rank -> dict (per-rank settings).
+            rank_env = env(r, self.dir) if callable(env) else env
             self.procs.append(subprocess.Popen(
                 [PYTHON, os.path.join(HERE, script), str(r), str(world), init, self.outs[r],
                  *args],
-                env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                env=rank_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
 
     def wait(self):
         """Exit codes of all ranks (kills everything at the deadline)."""

@@ -35,8 +35,8 @@ def expect_counters(results, algo, transport):
             assert c["forwarded_unsupported_op"] == ran["allreduce_unsupported_op"], c
             assert c["forwarded_unsupported_type"] == ran["allreduce_unsupported_type"], c
         t = stats["transport"]
-        if transport == "UDP":
-            # The traffic went over optireduce's UDP device, not Gloo's TCP.
+        if transport in ("UDP", "DPDK"):
+            # The traffic went over optireduce's device, not Gloo's TCP.
             assert t["devices"] >= 1 and t["tx_packets"] > 0 and t["rx_packets"] > 0, t
         else:
             assert t["devices"] == 0, t
@@ -87,3 +87,29 @@ def test_torch_multiprocessing_spawn():
     assert p.returncode == 0, p.stderr
     lines = sorted(p.stdout.split("\n")[:2])
     assert lines == ["0 1 1", "1 1 1"], p.stdout
+
+
+def have_dpdk():
+    from conftest import run_python
+
+    p = run_python("import optireduce; print(optireduce.have_dpdk())", base_env())
+    return p.returncode == 0 and p.stdout.strip() == "True"
+
+
+@pytest.mark.parametrize("algo", ["transpose", "optireduce"])
+def test_dpdk_memif_two_ranks(run_job, algo):
+    if not have_dpdk():
+        pytest.skip("this build has no DPDK device")
+
+    def rank_env(rank, job_dir):
+        # One memif link between the two ranks (rank 0 serves the socket), no hugepages.
+        role = "server" if rank == 0 else "client"
+        eal = ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
+               f"--vdev=net_memif0,role={role},id=0,socket={job_dir}/0-1.sock,"
+               "socket-abstract=no")
+        env = job_env(algo, "DPDK", "import")
+        env["OPTIREDUCE_EAL_ARGS"] = eal
+        return env
+
+    job = run_job("collectives_worker.py", 2, rank_env, ["--import-optireduce", "--small"])
+    expect_counters(job.results(), algo, "DPDK")
