@@ -1,0 +1,378 @@
+#include "gloo_ext/config.h"
+
+#include <arpa/inet.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <mutex>
+
+#include <gloo/common/logging.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "rendezvous/redis_url.h"
+#include "transport_dpdk/fault_injector.h"
+
+extern char** environ;
+
+namespace optireduce {
+namespace gloo_ext {
+namespace {
+
+// One table for parsing, documentation and the unknown-name check.
+const std::vector<VariableDoc>& Table() {
+  static const std::vector<VariableDoc>* table = new std::vector<VariableDoc>{
+      {"GLOO_ALGO", "", "ring | transpose | optireduce (case-insensitive)",
+       "allreduce algorithm for gloo::allreduce (default ring = stock Gloo)"},
+      {"OPTIREDUCE_HADAMARD", "", "0/off/false/no | 1/on/true/yes",
+       "randomized Hadamard transform of float sums (default: off for transpose, on for "
+       "optireduce)"},
+      {"OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", "integer >= 0 (milliseconds)",
+       "bounded-mode time limit per operation; 0 = adaptive (default)"},
+      {"OPTIREDUCE_MAX_LOSS", "", "number in [0, 1]",
+       "bounded mode: largest tolerated fraction of lost data per operation (default 0.01)"},
+      {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
+       "write the interposer's counters as JSON there at process exit"},
+      {"OPTIREDUCE_UDP_HOST", "", "IPv4 address or host name",
+       "UDP device: address to bind (default: the host torch passes)"},
+      {"OPTIREDUCE_UDP_PORT_BASE", "", "integer 0..65535",
+       "UDP device: first port to try (default 0 = ephemeral)"},
+      {"OPTIREDUCE_UDP_PORT_RANGE", "", "integer 1..65536",
+       "UDP device: how many ports from the base to try (default 64)"},
+      {"OPTIREDUCE_UDP_MAX_DATAGRAM", "", "integer 0 or 512..65507",
+       "UDP device: largest datagram (default 0 = from the interface MTU)"},
+      {"OPTIREDUCE_SOCKET_BUFFER_BYTES", "", "integer 65536..1073741824",
+       "UDP device: SO_RCVBUF/SO_SNDBUF request (default 8 MiB)"},
+      {"OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", "DPDK EAL arguments",
+       "DPDK device: EAL arguments, whitespace separated"},
+      {"OPTIREDUCE_DPDK_PORTS", "", "comma-separated port names or indexes",
+       "DPDK device: ethdev ports to use (default: every probed port)"},
+      {"OPTIREDUCE_DPDK_IPV4", "", "dotted IPv4 address",
+       "DPDK device: source address in frames (default: derived from the MAC)"},
+      {"OPTIREDUCE_DPDK_UDP_PORT", "", "integer 0..65535",
+       "DPDK device: UDP port in frames (default 0 = 17000 + device number)"},
+      {"OPTIREDUCE_DPDK_MTU", "", "0 or 576..9000",
+       "DPDK device: IP MTU (default 0 = the port's MTU)"},
+      {"OPTIREDUCE_DPDK_FILE_PREFIX", "GLOO_DPDK_FILE_PREFIX", "name without whitespace",
+       "DPDK device: EAL --file-prefix"},
+      {"OPTIREDUCE_FAULTS", "", "drop=P,dup=P,reorder=P,corrupt=P,delay_us=N,seed=N",
+       "datagram devices: injected faults on receive (tests, lab)"},
+      {"OPTIREDUCE_SESSION_TOKEN", "", "unsigned 64-bit integer",
+       "datagram devices: per-job packet token (default 0 = agreed at connect)"},
+      {"OPTIREDUCE_REDIS_URL", "", "redis://[[user:]password@]host[:port][/db]",
+       "Redis rendezvous endpoint"},
+      {"OPTIREDUCE_RUN_ID", "", "string", "Redis rendezvous: names this run of the job"},
+      {"OPTIREDUCE_TORCH_LIB", "", "file path",
+       "Python package: path of liboptireduce_torch.so to load"},
+  };
+  return *table;
+}
+
+// Names of the original OptiReduce project that have no equivalent here.
+constexpr const char* kIgnoredOriginalNames[] = {
+    "GLOO_DPDK_CONFIG",          // IP=MAC file: addresses travel through rendezvous
+    "GLOO_DPDK_THREADS_OFFSET",  // cores: EAL arguments (-l) in OPTIREDUCE_EAL_ARGS
+    "GLOO_DPDK_SEND_TIMER",      // pacing is the transport's job
+};
+
+absl::Status Invalid(absl::string_view name, absl::string_view value,
+                     absl::string_view allowed) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(name, "='", value, "' is not valid; allowed values: ", allowed));
+}
+
+class Reader {
+ public:
+  explicit Reader(const EnvLookup& lookup, Config* config) : lookup_(lookup), config_(config) {}
+
+  // The value of `name`, or of `alias` when only that is set. Records the source.
+  absl::StatusOr<std::optional<std::pair<std::string, std::string>>> Get(
+      absl::string_view name, absl::string_view alias = "") {
+    // An empty value counts as unset (as `VAR= cmd` is a common way to unset).
+    std::optional<std::string> value = lookup_(name);
+    if (value && value->empty()) value.reset();
+    std::optional<std::string> alias_value;
+    if (!alias.empty()) alias_value = lookup_(alias);
+    if (alias_value && alias_value->empty()) alias_value.reset();
+    if (value && alias_value && *value != *alias_value) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, "='", *value, "' and its alias ", alias, "='", *alias_value,
+          "' disagree; set only one of them"));
+    }
+    if (value) {
+      config_->sources.push_back(absl::StrCat(name, "=", Redact(name, *value)));
+      return std::make_optional(std::make_pair(std::string(name), *value));
+    }
+    if (alias_value) {
+      config_->sources.push_back(absl::StrCat(alias, "=", Redact(alias, *alias_value)));
+      return std::make_optional(std::make_pair(std::string(alias), *alias_value));
+    }
+    return std::optional<std::pair<std::string, std::string>>();
+  }
+
+  absl::Status Uint(absl::string_view name, absl::string_view alias, uint64_t min,
+                    uint64_t max, uint64_t* out) {
+    auto got = Get(name, alias);
+    if (!got.ok()) return got.status();
+    if (!*got) return absl::OkStatus();
+    const auto& [used, text] = **got;
+    uint64_t v = 0;
+    const absl::string_view digits = absl::StripAsciiWhitespace(text);
+    if (digits.empty() || digits[0] == '-' || digits[0] == '+' ||
+        !absl::SimpleAtoi(digits, &v) || v < min || v > max) {
+      return Invalid(used, text, absl::StrCat("an integer in [", min, ", ", max, "]"));
+    }
+    *out = v;
+    return absl::OkStatus();
+  }
+
+  absl::Status String(absl::string_view name, absl::string_view alias, std::string* out) {
+    auto got = Get(name, alias);
+    if (!got.ok()) return got.status();
+    if (*got) *out = (*got)->second;
+    return absl::OkStatus();
+  }
+
+ private:
+  static std::string Redact(absl::string_view name, absl::string_view value) {
+    return name == "OPTIREDUCE_REDIS_URL" ? "<redacted>" : std::string(value);
+  }
+
+  const EnvLookup& lookup_;
+  Config* config_;
+};
+
+absl::StatusOr<Algo> ParseAlgo(absl::string_view value) {
+  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (v == "ring") return Algo::kRing;
+  if (v == "transpose") return Algo::kTranspose;
+  if (v == "optireduce") return Algo::kOptiReduce;
+  return Invalid("GLOO_ALGO", value, "ring, transpose, optireduce (case-insensitive)");
+}
+
+std::optional<bool> ParseBool(absl::string_view value) {
+  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
+  return std::nullopt;
+}
+
+bool HasWhitespace(absl::string_view s) {
+  for (char c : s) {
+    if (absl::ascii_isspace(static_cast<unsigned char>(c))) return true;
+  }
+  return false;
+}
+
+std::vector<std::string> EnvironmentNames() {
+  std::vector<std::string> names;
+  for (char** e = environ; e != nullptr && *e != nullptr; e++) {
+    absl::string_view entry(*e);
+    names.emplace_back(entry.substr(0, entry.find('=')));
+  }
+  return names;
+}
+
+}  // namespace
+
+const char* AlgoName(Algo algo) {
+  switch (algo) {
+    case Algo::kRing: return "ring";
+    case Algo::kTranspose: return "transpose";
+    case Algo::kOptiReduce: return "optireduce";
+  }
+  return "?";
+}
+
+absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
+  Config c;
+  Reader r(lookup, &c);
+
+  std::string text;
+  if (auto s = r.String("GLOO_ALGO", "", &text); !s.ok()) return s;
+  if (!text.empty()) {
+    absl::StatusOr<Algo> algo = ParseAlgo(text);
+    if (!algo.ok()) return algo.status();
+    c.algo = *algo;
+  }
+
+  if (auto got = r.Get("OPTIREDUCE_HADAMARD"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    std::optional<bool> on = ParseBool((*got)->second);
+    if (!on) return Invalid("OPTIREDUCE_HADAMARD", (*got)->second, "0, 1, on, off, true, false");
+    c.hadamard = *on ? HadamardSetting::kOn : HadamardSetting::kOff;
+  }
+
+  uint64_t v = 0;
+  if (auto s = r.Uint("OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", 0, 24ull * 3600 * 1000, &v);
+      !s.ok()) {
+    return s;
+  }
+  c.timeout = std::chrono::milliseconds(v);
+
+  if (auto got = r.Get("OPTIREDUCE_MAX_LOSS"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    double loss = 0;
+    const std::string& t = (*got)->second;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(t), &loss) || !std::isfinite(loss) ||
+        loss < 0 || loss > 1) {
+      return Invalid("OPTIREDUCE_MAX_LOSS", t, "a number in [0, 1], e.g. 0.01");
+    }
+    c.max_loss = loss;
+  }
+
+  if (auto s = r.String("OPTIREDUCE_STATS_FILE", "", &c.stats_file); !s.ok()) return s;
+
+  if (auto s = r.String("OPTIREDUCE_UDP_HOST", "", &c.udp_host); !s.ok()) return s;
+  if (HasWhitespace(c.udp_host)) {
+    return Invalid("OPTIREDUCE_UDP_HOST", c.udp_host, "an IPv4 address or host name");
+  }
+  v = c.udp_port_base;
+  if (auto s = r.Uint("OPTIREDUCE_UDP_PORT_BASE", "", 0, 65535, &v); !s.ok()) return s;
+  c.udp_port_base = static_cast<uint16_t>(v);
+  v = c.udp_port_range;
+  if (auto s = r.Uint("OPTIREDUCE_UDP_PORT_RANGE", "", 1, 65536, &v); !s.ok()) return s;
+  c.udp_port_range = static_cast<int>(v);
+  v = c.udp_max_datagram;
+  if (auto s = r.Uint("OPTIREDUCE_UDP_MAX_DATAGRAM", "", 0, 65507, &v); !s.ok()) return s;
+  if (v != 0 && v < 512) {
+    return Invalid("OPTIREDUCE_UDP_MAX_DATAGRAM", std::to_string(v), "0 or 512..65507");
+  }
+  c.udp_max_datagram = v;
+  v = c.socket_buffer_bytes;
+  if (auto s = r.Uint("OPTIREDUCE_SOCKET_BUFFER_BYTES", "", 65536, 1ull << 30, &v); !s.ok()) {
+    return s;
+  }
+  c.socket_buffer_bytes = v;
+
+  if (auto s = r.String("OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", &c.eal_args); !s.ok()) {
+    return s;
+  }
+  if (auto got = r.Get("OPTIREDUCE_DPDK_PORTS"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    for (absl::string_view port : absl::StrSplit((*got)->second, ',')) {
+      port = absl::StripAsciiWhitespace(port);
+      if (port.empty() || HasWhitespace(port)) {
+        return Invalid("OPTIREDUCE_DPDK_PORTS", (*got)->second,
+                       "comma-separated port names or indexes, e.g. net_memif0,net_memif1");
+      }
+      c.dpdk_ports.emplace_back(port);
+    }
+  }
+  if (auto s = r.String("OPTIREDUCE_DPDK_IPV4", "", &c.dpdk_ipv4); !s.ok()) return s;
+  if (!c.dpdk_ipv4.empty()) {
+    in_addr addr;
+    if (inet_pton(AF_INET, c.dpdk_ipv4.c_str(), &addr) != 1) {
+      return Invalid("OPTIREDUCE_DPDK_IPV4", c.dpdk_ipv4, "a dotted IPv4 address");
+    }
+  }
+  v = c.dpdk_udp_port;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_UDP_PORT", "", 0, 65535, &v); !s.ok()) return s;
+  c.dpdk_udp_port = static_cast<uint16_t>(v);
+  v = c.dpdk_mtu;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_MTU", "", 0, 9000, &v); !s.ok()) return s;
+  if (v != 0 && v < 576) return Invalid("OPTIREDUCE_DPDK_MTU", std::to_string(v), "0 or 576..9000");
+  c.dpdk_mtu = static_cast<uint32_t>(v);
+  if (auto s = r.String("OPTIREDUCE_DPDK_FILE_PREFIX", "GLOO_DPDK_FILE_PREFIX",
+                        &c.dpdk_file_prefix);
+      !s.ok()) {
+    return s;
+  }
+  if (HasWhitespace(c.dpdk_file_prefix)) {
+    return Invalid(lookup("OPTIREDUCE_DPDK_FILE_PREFIX") ? "OPTIREDUCE_DPDK_FILE_PREFIX"
+                                                         : "GLOO_DPDK_FILE_PREFIX",
+                   c.dpdk_file_prefix, "a name without whitespace");
+  }
+
+  if (auto s = r.String("OPTIREDUCE_FAULTS", "", &c.faults); !s.ok()) return s;
+  if (!c.faults.empty()) {
+    absl::StatusOr<transport::FaultSpec> spec = transport::ParseFaultSpec(c.faults);
+    if (!spec.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "OPTIREDUCE_FAULTS='", c.faults, "' is not valid (", spec.status().message(),
+          "); allowed: comma-separated drop=P,dup=P,reorder=P,corrupt=P (P in [0,1]), "
+          "delay_us=N, seed=N"));
+    }
+  }
+  if (auto s = r.Uint("OPTIREDUCE_SESSION_TOKEN", "", 0, UINT64_MAX, &c.session_token);
+      !s.ok()) {
+    return s;
+  }
+
+  if (auto s = r.String("OPTIREDUCE_REDIS_URL", "", &c.redis_url); !s.ok()) return s;
+  if (!c.redis_url.empty()) {
+    absl::StatusOr<rendezvous::RedisUrl> url = rendezvous::ParseRedisUrl(c.redis_url);
+    if (!url.ok()) {
+      // ParseRedisUrl never prints the password; neither do we.
+      return absl::InvalidArgumentError(absl::StrCat(
+          "OPTIREDUCE_REDIS_URL is not valid (", url.status().message(),
+          "); allowed: redis://[[user:]password@]host[:port][/db]"));
+    }
+  }
+  if (auto s = r.String("OPTIREDUCE_RUN_ID", "", &c.run_id); !s.ok()) return s;
+  return c;
+}
+
+std::vector<std::string> UnknownOptiReduceNames(const std::vector<std::string>& names) {
+  std::vector<std::string> unknown;
+  for (const std::string& name : names) {
+    if (!absl::StartsWith(name, "OPTIREDUCE_")) continue;
+    if (absl::StartsWith(name, "OPTIREDUCE_TEST_") ||
+        absl::StartsWith(name, "OPTIREDUCE_TRACE_") || name == "OPTIREDUCE_BUILD_DIR") {
+      continue;
+    }
+    bool known = false;
+    for (const VariableDoc& doc : Table()) known = known || name == doc.name;
+    if (!known) unknown.push_back(name);
+  }
+  return unknown;
+}
+
+const std::vector<VariableDoc>& DocumentedVariables() { return Table(); }
+
+const absl::StatusOr<Config>& GetConfig() {
+  static const absl::StatusOr<Config>* config = [] {
+    auto* parsed = new absl::StatusOr<Config>(
+        ParseConfig([](absl::string_view name) -> std::optional<std::string> {
+          const char* v = std::getenv(std::string(name).c_str());
+          if (v == nullptr) return std::nullopt;
+          return std::string(v);
+        }));
+    const std::vector<std::string> names = EnvironmentNames();
+    const std::vector<std::string> unknown = UnknownOptiReduceNames(names);
+    if (!unknown.empty()) {
+      std::fprintf(stderr,
+                   "optireduce: warning: unknown environment variable(s) %s are ignored "
+                   "(known: see gloo_ext/README.md)\n",
+                   absl::StrJoin(unknown, ", ").c_str());
+    }
+    for (const char* ignored : kIgnoredOriginalNames) {
+      if (std::getenv(ignored) != nullptr) {
+        std::fprintf(stderr,
+                     "optireduce: warning: %s (original OptiReduce) has no meaning here and "
+                     "is ignored (see gloo_ext/README.md)\n",
+                     ignored);
+      }
+    }
+    return parsed;
+  }();
+  return *config;
+}
+
+const Config& GetConfigOrThrow() {
+  const absl::StatusOr<Config>& config = GetConfig();
+  GLOO_ENFORCE(config.ok(), "optireduce: ", config.status().message());
+  return *config;
+}
+
+}  // namespace gloo_ext
+}  // namespace optireduce

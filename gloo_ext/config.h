@@ -1,0 +1,114 @@
+// The one place where optireduce reads its environment variables.
+//
+// Every setting a user can give through the environment (GLOO_ALGO, OPTIREDUCE_*, and the
+// original OptiReduce project's GLOO_DPDK_* names where they mean the same) is parsed and
+// validated here, so that a typo fails at first use with a message naming the variable,
+// its value and what is allowed, instead of silently running something else.
+//
+// Two entry points:
+//   ParseConfig(lookup)   pure: parses the variables `lookup` returns (unit-testable);
+//   GetConfig()           the process's configuration, parsed from the real environment
+//                         once, at first use; the same result (or error) every call.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace optireduce {
+namespace gloo_ext {
+
+// What gloo::allreduce does when interposed (GLOO_ALGO).
+enum class Algo : uint8_t {
+  kRing,        // "ring": stock Gloo (the call is forwarded unchanged)
+  kTranspose,   // "transpose": Transpose AllReduce over a reliable transport, exact
+  kOptiReduce,  // "optireduce": TAR with the bounded (time-limited, lossy) service
+};
+const char* AlgoName(Algo algo);
+
+// OPTIREDUCE_HADAMARD: whether TAR applies the randomized Hadamard transform.
+enum class HadamardSetting : uint8_t {
+  kDefault,  // unset: off for transpose, on (float sums only) for optireduce
+  kOff,      // 0/off/false/no
+  kOn,       // 1/on/true/yes: transform float32/float64 sums, other data as is
+};
+
+struct Config {
+  Algo algo = Algo::kRing;
+  HadamardSetting hadamard = HadamardSetting::kDefault;
+
+  // Bounded mode (optireduce): per-operation time limit; 0 = adaptive estimate.
+  std::chrono::milliseconds timeout{0};
+  // Bounded mode: largest fraction of an operation's data that may be lost before the
+  // operation is reported (and, per the lead's policy, redone reliably). In [0, 1].
+  double max_loss = 0.01;
+  // Where the interposer writes its counters as JSON at process exit ("" = nowhere).
+  // "%p" in the path is replaced by the process id.
+  std::string stats_file;
+
+  // UDP device (GLOO_DEVICE_TRANSPORT=UDP).
+  std::string udp_host;        // bind address override; "" = what torch asks for
+  uint16_t udp_port_base = 0;  // 0 = ephemeral ports; else first port of a range
+  int udp_port_range = 64;     // ports tried from udp_port_base
+  size_t udp_max_datagram = 0;  // 0 = transport default (MTU based)
+  size_t socket_buffer_bytes = 8 << 20;
+
+  // DPDK device (GLOO_DEVICE_TRANSPORT=DPDK).
+  std::string eal_args;                 // EAL arguments, whitespace separated
+  std::vector<std::string> dpdk_ports;  // ethdev ports by name or index ("" = all probed)
+  std::string dpdk_ipv4;                // IPv4 in our frames ("" = derived from the MAC)
+  uint16_t dpdk_udp_port = 0;           // UDP port in our frames (0 = 17000 + device no.)
+  uint32_t dpdk_mtu = 0;                // IP MTU (0 = the port's, capped at 9000)
+  std::string dpdk_file_prefix;         // EAL --file-prefix ("" = as given in eal_args)
+
+  // Both datagram devices.
+  std::string faults;           // fault injection spec (validated here)
+  uint64_t session_token = 0;   // 0 = agreed per job at connect time
+
+  // Redis rendezvous (used by rendezvous::RedisOptionsFromEnv and optireduce.RedisStore).
+  std::string redis_url;  // validated here when set; the password is never printed
+  std::string run_id;
+
+  // Where each setting came from, for logs: "NAME=value" of every variable read.
+  std::vector<std::string> sources;
+};
+
+// Returns the environment value of `name`, or nullopt when unset.
+using EnvLookup = std::function<std::optional<std::string>(absl::string_view name)>;
+
+// Parses and validates. The first bad variable gives InvalidArgumentError:
+//   "GLOO_ALGO='rng' is not valid; allowed values: ring, transpose, optireduce"
+// When an OPTIREDUCE_ name and its GLOO_DPDK_ alias are both set, the OPTIREDUCE_ one wins
+// if they agree and it is an error if they differ.
+absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup);
+
+// OPTIREDUCE_* names present in `names` that this module does not know. Names starting
+// with OPTIREDUCE_TEST_ or OPTIREDUCE_TRACE_ (test/debug switches of other modules) and the
+// build scripts' OPTIREDUCE_BUILD_DIR are known.
+std::vector<std::string> UnknownOptiReduceNames(const std::vector<std::string>& names);
+
+// The environment variables this module reads, with their aliases and meaning (for
+// documentation and `--help`-like output).
+struct VariableDoc {
+  const char* name;
+  const char* alias;  // "" when none
+  const char* allowed;
+  const char* meaning;
+};
+const std::vector<VariableDoc>& DocumentedVariables();
+
+// The process's configuration from the real environment, parsed once (thread-safe).
+// Prints one warning to stderr, once per process, for unknown OPTIREDUCE_* variables.
+const absl::StatusOr<Config>& GetConfig();
+
+// GetConfig() or throws gloo::EnforceNotMet with the parse error (for Gloo entry points).
+const Config& GetConfigOrThrow();
+
+}  // namespace gloo_ext
+}  // namespace optireduce

@@ -1,0 +1,173 @@
+#include "gloo_ext/devices.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "transport_dpdk/attr.h"
+#include "transport_dpdk/device.h"
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#include "transport_dpdk/dpdk_device.h"
+#include "transport_dpdk/dpdk_eal.h"
+#endif
+
+namespace optireduce {
+namespace gloo_ext {
+namespace {
+
+absl::StatusOr<std::string> InterfaceAddress(const std::string& interface) {
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) {
+    return absl::InternalError(absl::StrCat("getifaddrs failed looking up interface ",
+                                            interface));
+  }
+  std::string found;
+  for (ifaddrs* a = list; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    if (interface != a->ifa_name) continue;
+    char text[INET_ADDRSTRLEN] = {};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (inet_ntop(AF_INET, &in->sin_addr, text, sizeof(text)) != nullptr) {
+      found = text;
+      break;
+    }
+  }
+  freeifaddrs(list);
+  if (found.empty()) {
+    return absl::NotFoundError(
+        absl::StrCat("interface '", interface, "' has no IPv4 address (UDP device)"));
+  }
+  return found;
+}
+
+std::mutex devices_mu;
+std::vector<std::weak_ptr<transport::Device>>& Devices() {
+  static auto* devices = new std::vector<std::weak_ptr<transport::Device>>();
+  return *devices;
+}
+
+std::shared_ptr<::gloo::transport::Device> Remember(std::shared_ptr<transport::Device> d) {
+  std::lock_guard<std::mutex> lock(devices_mu);
+  auto& devices = Devices();
+  devices.erase(std::remove_if(devices.begin(), devices.end(),
+                               [](const auto& w) { return w.expired(); }),
+                devices.end());
+  devices.push_back(d);
+  return d;
+}
+
+transport::EngineOptions EngineOptionsOf(const Config& config) {
+  transport::EngineOptions engine;
+  engine.session_token = config.session_token;
+  engine.faults = config.faults;
+  return engine;
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> BindHost(const Config& config, const std::string& interface,
+                                     const std::string& hostname) {
+  if (!config.udp_host.empty()) return config.udp_host;
+  if (!interface.empty()) return InterfaceAddress(interface);
+  if (!hostname.empty()) return hostname;
+  return std::string("127.0.0.1");
+}
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
+    const Config& config, const std::string& interface, const std::string& hostname) {
+  absl::StatusOr<std::string> host = BindHost(config, interface, hostname);
+  if (!host.ok()) return host.status();
+  transport::udp::attr attr;
+  attr.hostname = *host;
+  attr.max_datagram = config.udp_max_datagram;
+  attr.socket_buffer_bytes = config.socket_buffer_bytes;
+  attr.engine = EngineOptionsOf(config);
+  if (config.udp_port_base == 0) {
+    attr.port = 0;
+    auto device = transport::udp::CreateDeviceOrError(attr);
+    if (!device.ok()) return device.status();
+    return Remember(*device);
+  }
+  absl::Status last;
+  const int last_port = std::min(65535, config.udp_port_base + config.udp_port_range - 1);
+  for (int port = config.udp_port_base; port <= last_port; port++) {
+    attr.port = static_cast<uint16_t>(port);
+    auto device = transport::udp::CreateDeviceOrError(attr);
+    if (device.ok()) return Remember(*device);
+    last = device.status();
+    // Only "port taken" moves on to the next port; anything else is a real error.
+    if (!absl::IsUnavailable(last)) return last;
+  }
+  return absl::UnavailableError(absl::StrCat(
+      "no free UDP port in ", config.udp_port_base, "..", last_port, " on ", *host,
+      " (OPTIREDUCE_UDP_PORT_BASE/OPTIREDUCE_UDP_PORT_RANGE); last error: ", last.message()));
+}
+
+bool HaveDpdkDevice() {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
+    const Config& config, const std::string& interface, const std::string& hostname) {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+  // The dpdk backend's attr (transport_dpdk/dpdk_attr.h). Empty eal_args/ports make the
+  // backend read OPTIREDUCE_EAL_ARGS / OPTIREDUCE_DPDK_PORTS itself, which config.cc has
+  // validated; we pass them explicitly so aliases (GLOO_DPDK_EAL_ARGS) work too. The
+  // interface/hostname torch passes do not apply: DPDK owns its ports.
+  transport::dpdk::attr attr;
+  attr.eal_args = config.eal_args;
+  if (!config.dpdk_file_prefix.empty()) {
+    // Appending to nothing would replace the backend's defaults with just the prefix.
+    if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
+    attr.eal_args += " --file-prefix=" + config.dpdk_file_prefix;
+  }
+  attr.ports = config.dpdk_ports;
+  attr.ipv4 = config.dpdk_ipv4;
+  attr.udp_port = config.dpdk_udp_port;
+  attr.mtu = config.dpdk_mtu;
+  attr.engine = EngineOptionsOf(config);
+  auto device = transport::dpdk::CreateDeviceOrError(attr);
+  if (!device.ok()) return device.status();
+  return Remember(*device);
+#else
+  return absl::UnimplementedError(
+      "GLOO_DEVICE_TRANSPORT=DPDK: this optireduce build has no DPDK device (built without "
+      "transport_dpdk/dpdk_device.h); use GLOO_DEVICE_TRANSPORT=UDP");
+#endif
+}
+
+std::string DeviceStatsJson() {
+  transport::Stats sum;
+  uint64_t dropped = 0;
+  int alive = 0;
+  std::lock_guard<std::mutex> lock(devices_mu);
+  for (const auto& weak : Devices()) {
+    std::shared_ptr<transport::Device> d = weak.lock();
+    if (!d) continue;
+    alive++;
+    const transport::Stats s = d->stats();
+    sum.tx_packets += s.tx_packets;
+    sum.rx_packets += s.rx_packets;
+    sum.tx_bytes += s.tx_bytes;
+    sum.rx_bytes += s.rx_bytes;
+    sum.retransmits += s.retransmits;
+    dropped += s.TotalDropped();
+  }
+  return absl::StrCat("{\"devices\": ", alive, ", \"tx_packets\": ", sum.tx_packets,
+                      ", \"rx_packets\": ", sum.rx_packets, ", \"tx_bytes\": ", sum.tx_bytes,
+                      ", \"rx_bytes\": ", sum.rx_bytes, ", \"retransmits\": ", sum.retransmits,
+                      ", \"dropped\": ", dropped, "}");
+}
+
+}  // namespace gloo_ext
+}  // namespace optireduce
