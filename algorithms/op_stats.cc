@@ -42,8 +42,11 @@ StatsRegistry& StatsRegistry::Get() {
   return *registry;
 }
 
-StatsRegistry::StatsRegistry() {
-  if (const char* path = std::getenv("OPTIREDUCE_STATS_FILE")) path_ = path;
+StatsRegistry::StatsRegistry() = default;
+
+void StatsRegistry::SetLogPath(const std::string& path) {
+  std::lock_guard<std::mutex> lock(mu_);
+  path_ = path;
 }
 
 void StatsRegistry::Record(const OpStats& s) {

@@ -61,13 +61,15 @@ class StatsRegistry {
   OpStats Last() const;
   CumulativeStats Cumulative() const;
   void Reset();
+  // Appends every record as a JSON line to `path` ("" = no log).
+  void SetLogPath(const std::string& path);
 
  private:
   StatsRegistry();
   mutable std::mutex mu_;
   OpStats last_;
   CumulativeStats total_;
-  std::string path_;  // OPTIREDUCE_STATS_FILE, empty: no log
+  std::string path_;  // JSON-lines log, empty: none
 };
 
 }  // namespace optireduce

@@ -111,7 +111,7 @@ struct StatsFileAtExit {
     if (!config.ok() || config->stats_file.empty()) return;
     const std::string path =
         absl::StrReplaceAll(config->stats_file, {{"%p", std::to_string(getpid())}});
-    FILE* f = std::fopen(path.c_str(), "w");
+    FILE* f = std::fopen(path.c_str(), "a");  // after the per-operation lines
     if (f == nullptr) {
       std::fprintf(stderr, "optireduce: cannot write OPTIREDUCE_STATS_FILE=%s\n", path.c_str());
       return;

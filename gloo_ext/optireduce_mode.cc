@@ -1,23 +1,45 @@
 #include "gloo_ext/optireduce_mode.h"
 
+#include <unistd.h>
+
+#include <mutex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "algorithms/allreduce.h"
+#include "algorithms/op_stats.h"
 #include "gloo_ext/config.h"
 
 namespace optireduce {
 namespace gloo_ext {
 
 void RunOptiReduce(const ::gloo::AllreduceOptions& opts) {
-  // Placeholder until the bounded mode lands: reliable TAR (see the header).
   const Config& config = GetConfigOrThrow();
-  const auto hadamard = config.hadamard == HadamardSetting::kOff
-                            ? AllreduceOptions::Hadamard::kOff
-                            : AllreduceOptions::Hadamard::kAuto;
-  optireduce::allreduce(opts, hadamard);
+  static std::once_flag once;
+  std::call_once(once, [&config] {
+    TimeoutOptions timeouts;
+    if (config.timeout.count() > 0) timeouts.hard_cap = config.timeout;
+    SetDefaultTimeoutOptions(timeouts);
+    if (!config.stats_file.empty()) {
+      StatsRegistry::Get().SetLogPath(
+          absl::StrReplaceAll(config.stats_file, {{"%p", std::to_string(getpid())}}));
+    }
+  });
+  AllreduceOptions extras(GlooOptionsOf(opts).context);
+  extras.setMode(AllreduceOptions::Mode::kBounded);
+  extras.setHadamard(config.hadamard == HadamardSetting::kOff ? AllreduceOptions::Hadamard::kOff
+                                                              : AllreduceOptions::Hadamard::kAuto);
+  extras.setMaxLoss(config.max_loss);
+  optireduce::allreduce(opts, extras);
 }
 
-std::string OptiReduceStatsJson() { return "{}"; }
+std::string OptiReduceStatsJson() {
+  const StatsRegistry& registry = StatsRegistry::Get();
+  return absl::StrCat("{\"last\":", registry.Last().ToJson(),
+                      ",\"cumulative\":", registry.Cumulative().ToJson(), "}");
+}
 
-void ResetOptiReduceStats() {}
+void ResetOptiReduceStats() { StatsRegistry::Get().Reset(); }
 
 }  // namespace gloo_ext
 }  // namespace optireduce

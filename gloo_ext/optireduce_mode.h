@@ -1,9 +1,9 @@
 // GLOO_ALGO=optireduce: the bounded (time-limited, loss-tolerant) allreduce.
 //
-// One function, in its own file, so the bounded mode can replace its body without touching
-// the interposer. Until then it runs reliable TAR with the Hadamard transform on float sums
-// (OPTIREDUCE_HADAMARD=0 turns it off), which is what the bounded mode does when nothing is
-// lost.
+// OptiReduce mode (algorithms/bounded_transpose.h) with the settings of the environment:
+// Hadamard on for float sums unless OPTIREDUCE_HADAMARD=0, OPTIREDUCE_MAX_LOSS, and
+// OPTIREDUCE_TIMEOUT_MS as the hard cap of the adaptive bound. On a transport without a
+// bounded service (Gloo TCP) it runs exact TAR and says so once on stderr.
 #pragma once
 
 #include <string>

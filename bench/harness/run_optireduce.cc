@@ -3,14 +3,25 @@
 #include <gloo/math.h>
 
 #include "algorithms/allreduce.h"
+#include "algorithms/op_stats.h"
 
 namespace optireduce {
 namespace bench {
+namespace {
 
-// TODO(lead): replace with the bounded OptiReduce mode (per-phase deadlines, loss
-// compensation) and fill `stats` from its per-operation statistics (loss fraction, which
-// timeout ended each phase). Until then this is TAR with Hadamard kAuto over whatever
-// transport the context uses: reliable, so the loss is 0 and no timeout fires.
+const char* Short(PhaseEnd end) {
+  switch (end) {
+    case PhaseEnd::kComplete: return "done";
+    case PhaseEnd::kEarlyTimeout: return "early";
+    case PhaseEnd::kDeadline: return "hard";
+  }
+  return "?";
+}
+
+}  // namespace
+
+// OptiReduce mode: TAR over the context transport's bounded service (udp, dpdk), with the
+// process-wide adaptive timeout policy; over Gloo TCP it runs exact TAR.
 void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
   optireduce::AllreduceOptions opts(call.context);
   opts.setInputs(call.buffers, call.elements);
@@ -20,8 +31,18 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
   opts.setTag(call.tag);
   opts.setTimeout(call.timeout);
   opts.setHadamard(AllreduceOptions::Hadamard::kAuto);
+  opts.setMode(AllreduceOptions::Mode::kBounded);
+  OpStats op;
+  opts.setStatsOutput(&op);
   optireduce::allreduce(opts);
   *stats = IterationStats{};
+  if (op.mode == "bounded") {
+    stats->loss_fraction = op.loss_pct / 100.0;
+    stats->phase_timeouts =
+        std::string(Short(op.phase[0].end)) + "/" + Short(op.phase[1].end);
+  } else if (!op.mode.empty()) {
+    stats->phase_timeouts = op.mode == "calibration" ? "calib" : "-";
+  }
 }
 
 }  // namespace bench
