@@ -2,7 +2,7 @@
 // p50/p99 latency and bus bandwidth per algorithm and size, and each algorithm's p50 as a
 // ratio to Gloo's ring_chunked measured in the same run. Every result is verified.
 //
-//   optireduce-demo [--ranks 4] [--transport tcp] [--sizes 4K,64K,1M,16M,64M]
+//   optireduce-sweep [--ranks 4] [--transport tcp] [--sizes 4K,64K,1M,16M,64M]
 //                   [--iters N] [--algos a,b,...] [--csv FILE]
 #include <algorithm>
 #include <chrono>
@@ -63,7 +63,7 @@ bool ParseSize(const std::string& text, size_t* out) {
 
 int Usage(const char* why) {
   std::fprintf(stderr,
-               "error: %s\nusage: optireduce-demo [--ranks N (2..16)] [--transport tcp] "
+               "error: %s\nusage: optireduce-sweep [--ranks N (2..16)] [--transport tcp] "
                "[--sizes 4K,64K,1M,...] [--iters N] [--algos %s] [--csv FILE]\n",
                why, "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard");
   return 2;
@@ -303,7 +303,7 @@ int main(int argc, char** argv) {
       return optireduce::bench::RankMain(env, cfg, algo, results);
     });
     if (status != 0) {
-      std::fprintf(stderr, "optireduce-demo: %s failed (status %d)\n", algo.c_str(), status);
+      std::fprintf(stderr, "optireduce-sweep: %s failed (status %d)\n", algo.c_str(), status);
       rc = 1;
     }
   }

@@ -4,25 +4,31 @@ device with 1% injected packet loss) as with stock Gloo's ring over TCP."""
 from conftest import base_env
 
 
-def train(run_job, env, args=()):
+def train(run_job, env, args=(), exact=True):
     job = run_job("ddp_digits_worker.py", 2, env, args, timeout=300)
     results = job.results()
-    # DDP keeps the replicas identical: both ranks evaluate the same model.
-    assert abs(results[0]["accuracy"] - results[1]["accuracy"]) < 1e-9, results
+    if exact:
+        # Exact allreduce keeps DDP's replicas identical: both ranks evaluate one model.
+        assert abs(results[0]["accuracy"] - results[1]["accuracy"]) < 1e-9, results
     return results
 
 
 def test_optireduce_matches_stock_ring(run_job):
     stock = train(run_job, base_env(OPTIREDUCE_TORCH_LIB=None))  # optireduce not loaded
     assert stock[0]["stats"] is None
+    # OptiReduce mode tolerates loss: where a rank misses part of the reduced gradient it
+    # uses its own contribution scaled by N, so replicas may drift slightly apart.
     ours = train(run_job,
                  base_env(GLOO_ALGO="optireduce", GLOO_DEVICE_TRANSPORT="UDP",
                           OPTIREDUCE_FAULTS="drop=0.01,seed=11"),
-                 ["--import-optireduce"])
-    base_acc, our_acc = stock[0]["accuracy"], ours[0]["accuracy"]
-    print(f"digits test accuracy: stock ring {base_acc:.2f}%, optireduce {our_acc:.2f}%")
+                 ["--import-optireduce"], exact=False)
+    base_acc = stock[0]["accuracy"]
+    accs = [res["accuracy"] for res in ours]
+    our_acc = sum(accs) / len(accs)
+    print(f"digits test accuracy: stock ring {base_acc:.2f}%, optireduce {accs} (mean {our_acc:.2f}%)")
     assert base_acc > 90, stock
-    assert abs(our_acc - base_acc) <= 1.0, (base_acc, our_acc)
+    assert abs(our_acc - base_acc) <= 1.0, (base_acc, accs)
+    assert all(abs(a - base_acc) <= 2.5 for a in accs), (base_acc, accs)
     for res in ours:
         c = res["stats"]["interposer"]
         steps = res["steps"]
@@ -31,5 +37,9 @@ def test_optireduce_matches_stock_ring(run_job):
         assert c["optireduce_calls"] >= 2 * steps - 1, (c, steps)
         assert c["forwarded_calls"] == 0 and c["errors"] == 0, c
         t = res["stats"]["transport"]
-        # Loss was really injected and recovered from.
-        assert t["devices"] >= 1 and t["retransmits"] > 0, t
+        assert t["devices"] >= 1, t
+        # The bounded mode ran (after its calibration operations) and met real loss: it
+        # either absorbed it or, above OPTIREDUCE_MAX_LOSS, repaired it.
+        o = res["stats"]["optireduce"]["cumulative"]
+        assert o["bounded_ops"] > 0 and o["calibration_ops"] > 0, o
+        assert o["bytes_received"] < o["bytes_expected"] or o["repaired_ops"] > 0, o
