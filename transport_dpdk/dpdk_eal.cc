@@ -45,7 +45,8 @@ bool HasCoreOption(const std::vector<std::string>& v) {
 }  // namespace
 
 std::string DefaultEalArgs() {
-  return "--no-huge --no-shconf --in-memory -m 512 --no-pci "
+  // --in-memory would need hugepages (--no-huge implies legacy memory).
+  return "--no-huge --no-shconf -m 512 --no-pci --no-telemetry "
          "--log-level=*:warning";
 }
 

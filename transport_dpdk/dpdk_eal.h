@@ -15,7 +15,7 @@ namespace optireduce {
 namespace transport {
 namespace dpdk {
 
-// "--no-huge --no-shconf --in-memory -m 512 --no-pci --log-level=*:warning":
+// "--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning":
 // works without hugepages and with several processes at once.
 std::string DefaultEalArgs();
 

@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include <rte_errno.h>
@@ -181,9 +182,17 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   if (ret != 0) {
     return absl::InternalError(absl::StrCat(what, ": rte_eth_tx_queue_setup(", txd, "): ", Reason(ret)));
   }
-  ret = rte_eth_dev_start(port_id);
-  if (ret != 0) {
-    return absl::InternalError(absl::StrCat(what, ": rte_eth_dev_start: ", Reason(ret)));
+  // A memif client cannot start before its server listens (EPERM): that
+  // peer process may still be starting, so retry for a while.
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while ((ret = rte_eth_dev_start(port_id)) != 0) {
+    if ((ret != -EPERM && ret != -ECONNREFUSED && ret != -ENOENT) ||
+        std::chrono::steady_clock::now() > give_up) {
+      return absl::UnavailableError(absl::StrCat(
+          what, ": rte_eth_dev_start: ", Reason(ret),
+          " (a memif client needs its server's socket)"));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   p->started_ = true;
   rte_eth_promiscuous_enable(port_id);  // not every PMD can; not needed then
@@ -192,6 +201,24 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   rte_eth_macaddr_get(port_id, &mac);
   std::copy(mac.addr_bytes, mac.addr_bytes + 6, p->mac_.begin());
   return p;
+}
+
+void OpenPort::Watchdog(Clock::time_point now) {
+  if (now < next_check_) return;
+  next_check_ = now + std::chrono::milliseconds(50);
+  rte_eth_link link{};
+  if (started_ && rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status) {
+    down_since_ = Clock::time_point{};
+    restart_after_ = std::chrono::milliseconds(300);
+    return;
+  }
+  if (down_since_ == Clock::time_point{}) down_since_ = now;
+  if (now - down_since_ < restart_after_) return;
+  if (started_) rte_eth_dev_stop(id_);
+  started_ = rte_eth_dev_start(id_) == 0;
+  ++restarts_;
+  down_since_ = now;
+  restart_after_ = std::min<Clock::duration>(2 * restart_after_, std::chrono::seconds(3));
 }
 
 OpenPort::~OpenPort() {

@@ -5,6 +5,7 @@
 // a freed pool could still sit in another port's ring (net_ring).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -49,6 +50,15 @@ class OpenPort {
   bool tx_udp_checksum() const { return tx_udp_csum_; }
   bool rx_checksum() const { return rx_csum_; }
 
+  // Whether rx/tx may be called (the port is started).
+  bool started() const { return started_; }
+  // Link watchdog, called from the polling thread: a port whose link stays
+  // down is restarted with growing intervals. That re-runs a memif client's
+  // handshake, which fails for good when it races the server's setup (the
+  // server listens at probe time but has no queues until it is started).
+  void Watchdog(std::chrono::steady_clock::time_point now);
+  uint64_t restarts() const { return restarts_; }
+
   // The MTU the port reports (0 if it does not say).
   static uint32_t PortMtu(uint16_t port_id);
 
@@ -61,6 +71,11 @@ class OpenPort {
   uint32_t rxd_ = 0, txd_ = 0;
   bool tx_ip_csum_ = false, tx_udp_csum_ = false, rx_csum_ = false;
   bool started_ = false;
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point next_check_{};
+  Clock::time_point down_since_{};
+  Clock::duration restart_after_ = std::chrono::milliseconds(300);
+  uint64_t restarts_ = 0;
 };
 
 }  // namespace dpdk

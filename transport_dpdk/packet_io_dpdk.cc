@@ -248,7 +248,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
   int batch_port = -1;
   // Sends the batch; false if the port took only part of it.
   auto flush = [&]() -> bool {
-    const uint16_t sent = rte_eth_tx_burst(ports_[batch_port]->id(), 0, batch,
+    const uint16_t sent = !ports_[batch_port]->started() ? 0 : rte_eth_tx_burst(ports_[batch_port]->id(), 0, batch,
                                            static_cast<uint16_t>(nb));
     done += sent;
     Count(c_.tx_frames, sent);
@@ -275,6 +275,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
       // drop it by MAC). Best effort, like any datagram.
       if (nb && !flush()) return done;
       for (size_t p = 0; p < ports_.size(); ++p) {
+        if (!ports_[p]->started()) continue;
         rte_mbuf* m = BuildFrame(p, t, dst);
         if (!m) continue;
         if (rte_eth_tx_burst(ports_[p]->id(), 0, &m, 1) != 1) rte_pktmbuf_free(m);
@@ -300,7 +301,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
 void DpdkPacketIo::SendHellos() {
   const auto now = std::chrono::steady_clock::now();
   for (size_t p = 0; p < ports_.size(); ++p) {
-    if (now < next_hello_[p]) continue;
+    if (now < next_hello_[p] || !ports_[p]->started()) continue;
     next_hello_[p] = now + (port_learned_[p] ? std::chrono::duration_cast<
                                                    std::chrono::steady_clock::duration>(kHelloSlow)
                                              : kHelloFast);
@@ -326,6 +327,8 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
     rx_held_.clear();
   }
   size_t linear_used = 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& p : ports_) p->Watchdog(now);
   if (ports_.size() > 1) SendHellos();
   size_t got = 0;
   rte_mbuf* mbufs[kBurst];
@@ -333,6 +336,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   for (size_t k = 0; k < nports && got < max; ++k) {
     const size_t pi = (rx_next_port_ + k) % nports;
     const dpdk::OpenPort& port = *ports_[pi];
+    if (!port.started()) continue;
     const uint16_t want = static_cast<uint16_t>(std::min(kBurst, max - got));
     const uint16_t nb = rte_eth_rx_burst(port.id(), 0, mbufs, want);
     if (nb) Count(c_.rx_frames, nb);
@@ -410,7 +414,7 @@ void DpdkPacketIo::Wake() {
 }
 
 bool DpdkPacketIo::SendRawFrame(size_t index, const uint8_t* frame, size_t len) {
-  if (index >= ports_.size()) return false;
+  if (index >= ports_.size() || !ports_[index]->started()) return false;
   rte_mbuf* m = rte_pktmbuf_alloc(ports_[index]->pool());
   if (!m) return false;
   uint8_t* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
