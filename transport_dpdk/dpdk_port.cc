@@ -2,12 +2,15 @@
 
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <thread>
 #include <vector>
 
+#include <rte_dev.h>
+#include <rte_devargs.h>
 #include <rte_errno.h>
 #include <rte_ethdev.h>
 #include <rte_mbuf.h>
@@ -15,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 
 namespace optireduce {
 namespace transport {
@@ -46,6 +50,39 @@ std::string PortName(uint16_t id) {
 
 std::string Reason(int ret) {
   return rte_strerror(ret < 0 ? -ret : ret);
+}
+
+// memif needs an ordering the PMD does not enforce: a client must not start
+// (connect) before its server's queues exist, or the server's control thread
+// dereferences unset queues (crash) or refuses the rings. The server
+// publishes a marker file once started; the client waits for it.
+MemifLink MemifLinkOf(uint16_t port_id, const rte_eth_dev_info& info) {
+  MemifLink m;
+  if (!info.driver_name || std::string(info.driver_name) != "net_memif" ||
+      !info.device) {
+    return m;
+  }
+  const rte_devargs* da = rte_dev_devargs(info.device);
+  std::string socket = "/run/memif.sock", id = "0";
+  bool abstract = true;
+  m.is_memif = true;
+  if (da && da->args) {
+    for (absl::string_view kv : absl::StrSplit(da->args, ',', absl::SkipEmpty())) {
+      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.first == "role") m.client = p.second == "client" || p.second == "slave";
+      if (p.first == "socket") socket = p.second;
+      if (p.first == "id") id = p.second;
+      if (p.first == "socket-abstract") abstract = p.second != "no";
+    }
+  }
+  if (abstract) {
+    std::string flat = socket;
+    for (char& c : flat) if (c == '/') c = '_';
+    m.marker = absl::StrCat("/tmp/optireduce_memif", flat, ".", id, ".ready");
+  } else {
+    m.marker = absl::StrCat(socket, ".", id, ".ready");
+  }
+  return m;
 }
 
 }  // namespace
@@ -182,9 +219,20 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   if (ret != 0) {
     return absl::InternalError(absl::StrCat(what, ": rte_eth_tx_queue_setup(", txd, "): ", Reason(ret)));
   }
+  p->memif_ = MemifLinkOf(port_id, info);
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  if (p->memif_.client) {
+    while (access(p->memif_.marker.c_str(), F_OK) != 0) {
+      if (std::chrono::steady_clock::now() > give_up) {
+        return absl::DeadlineExceededError(absl::StrCat(
+            what, ": the memif server did not come up within 30 s (no ",
+            p->memif_.marker, ")"));
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   // A memif client cannot start before its server listens (EPERM): that
   // peer process may still be starting, so retry for a while.
-  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while ((ret = rte_eth_dev_start(port_id)) != 0) {
     if ((ret != -EPERM && ret != -ECONNREFUSED && ret != -ENOENT) ||
         std::chrono::steady_clock::now() > give_up) {
@@ -195,6 +243,11 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   p->started_ = true;
+  if (p->memif_.is_memif && !p->memif_.client) {
+    // Publish "queues ready" for the client (see MemifLinkOf).
+    FILE* f = fopen(p->memif_.marker.c_str(), "w");
+    if (f) fclose(f);
+  }
   rte_eth_promiscuous_enable(port_id);  // not every PMD can; not needed then
 
   rte_ether_addr mac{};
@@ -204,7 +257,9 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
 }
 
 void OpenPort::Watchdog(Clock::time_point now) {
-  if (now < next_check_) return;
+  // Only a memif client can re-run its side of a failed handshake; other
+  // ports (and memif servers, which just wait) are left alone.
+  if (!memif_.client || now < next_check_) return;
   next_check_ = now + std::chrono::milliseconds(50);
   rte_eth_link link{};
   if (started_ && rte_eth_link_get_nowait(id_, &link) == 0 && link.link_status) {
@@ -233,6 +288,7 @@ OpenPort::~OpenPort() {
     }
     rte_eth_dev_stop(id_);
   }
+  if (memif_.is_memif && !memif_.client) unlink(memif_.marker.c_str());
   std::lock_guard<std::mutex> lock(RegistryMu());
   Registry()[id_].in_use = false;
 }

@@ -32,6 +32,13 @@ struct PortRequest {
   uint32_t mtu = 0;        // IP MTU to set if the port's is smaller
 };
 
+// What the port is, when it is a memif (see dpdk_port.cc: start order).
+struct MemifLink {
+  bool is_memif = false;
+  bool client = false;
+  std::string marker;  // file the server creates once its queues exist
+};
+
 class OpenPort {
  public:
   static absl::StatusOr<std::unique_ptr<OpenPort>> Open(
@@ -71,6 +78,7 @@ class OpenPort {
   uint32_t rxd_ = 0, txd_ = 0;
   bool tx_ip_csum_ = false, tx_udp_csum_ = false, rx_csum_ = false;
   bool started_ = false;
+  MemifLink memif_;
   using Clock = std::chrono::steady_clock;
   Clock::time_point next_check_{};
   Clock::time_point down_since_{};

@@ -3,6 +3,8 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <thread>
 
@@ -196,11 +198,23 @@ std::string RunRank(const std::string& dir, int rank, int size,
   if (!dev.ok()) return dev.status().ToString();
   gloo::rendezvous::FileStore store(dir + "/store");
   auto ctx = ConnectContext(store, *dev, rank, size, std::chrono::seconds(60));
+  const bool verbose = std::getenv("OPTIREDUCE_TEST_VERBOSE") != nullptr;
   for (const auto& name : list.cases) {
     for (size_t n : list.elements) {
+      const auto t0 = std::chrono::steady_clock::now();
       std::string e = RunCase(name, ctx, n);
+      if (verbose && rank == 0) {
+        fprintf(stderr, "%s(%zu): %.1f ms\n", name.c_str(), n,
+                std::chrono::duration<double, std::milli>(
+                    std::chrono::steady_clock::now() - t0).count());
+      }
       if (!e.empty()) return e + " [" + (*dev)->str() + "]";
     }
+  }
+  if (verbose) {
+    auto* io = dynamic_cast<transport::DpdkPacketIo*>((*dev)->engine()->io());
+    fprintf(stderr, "rank %d: %s\n  engine: %s\n", rank,
+            io ? io->CountersString().c_str() : "", (*dev)->stats().ToString().c_str());
   }
   return "";
 }
