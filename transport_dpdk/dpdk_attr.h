@@ -23,6 +23,10 @@ struct attr {
   // link, e.g. memif): frames are routed by the peer's MAC, learned from
   // received frames and link hellos, flooded while unknown.
   std::vector<std::string> ports;
+  // Source MAC of our frames ("02:00:00:00:00:01"). Empty: the first port's
+  // MAC, or a random locally administered one for memif / net_ring ports
+  // (their MACs are not unique across processes).
+  std::string mac;
   // IPv4 address in our frames. Empty: 10.77.<mac[4]>.<mac[5]> from the
   // device MAC (unique as long as MACs differ in their last two bytes).
   std::string ipv4;

@@ -220,6 +220,7 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
     return absl::InternalError(absl::StrCat(what, ": rte_eth_tx_queue_setup(", txd, "): ", Reason(ret)));
   }
   p->memif_ = MemifLinkOf(port_id, info);
+  p->driver_ = info.driver_name ? info.driver_name : "";
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   if (p->memif_.client) {
     while (access(p->memif_.marker.c_str(), F_OK) != 0) {

@@ -50,6 +50,7 @@ class OpenPort {
   uint16_t id() const { return id_; }
   const std::string& name() const { return name_; }
   const Mac& mac() const { return mac_; }
+  const std::string& driver() const { return driver_; }
   rte_mempool* pool() const { return pool_; }
   uint32_t rx_descriptors() const { return rxd_; }
   uint32_t tx_descriptors() const { return txd_; }
@@ -73,6 +74,7 @@ class OpenPort {
   OpenPort() = default;
   uint16_t id_ = 0;
   std::string name_;
+  std::string driver_;
   Mac mac_{};
   rte_mempool* pool_ = nullptr;
   uint32_t rxd_ = 0, txd_ = 0;

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
@@ -121,10 +122,24 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     io->ports_.push_back(std::move(*port));
   }
 
-  // The device's MAC: the first port's; a random locally administered one
-  // if the PMD has none (net_ring ports are all 00:00:00:00:00:00).
+  // The device's MAC: attr.mac, else the first port's, except for virtual
+  // point-to-point ports whose MACs are not unique across processes (memif
+  // gives every process the same "random" MAC, net_ring ports have none):
+  // those get a random locally administered MAC.
   dpdk::Mac mac = io->ports_[0]->mac();
-  if (MacKey(mac) == 0) {
+  const std::string& drv = io->ports_[0]->driver();
+  if (!a.mac.empty()) {
+    unsigned b[6];
+    char tail;
+    if (std::sscanf(a.mac.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2],
+                    &b[3], &b[4], &b[5], &tail) != 6 ||
+        (b[0] & 1) || b[0] > 255 || b[1] > 255 || b[2] > 255 || b[3] > 255 ||
+        b[4] > 255 || b[5] > 255) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dpdk attr.mac '", a.mac, "' is not a unicast MAC like 02:00:00:00:00:01"));
+    }
+    for (int i = 0; i < 6; ++i) mac[i] = static_cast<uint8_t>(b[i]);
+  } else if (MacKey(mac) == 0 || drv == "net_memif" || drv == "net_ring") {
     std::random_device rd;
     for (auto& b : mac) b = static_cast<uint8_t>(rd());
     mac[0] = static_cast<uint8_t>((mac[0] & 0xFE) | 0x02);
@@ -453,6 +468,9 @@ std::string DpdkPacketIo::CountersString() const {
                                ", backpressure ", c.tx_backpressure, "), rx ",
                                c.rx_frames, " delivered ", c.rx_delivered,
                                ", hellos ", c.hellos_sent, "/", c.hellos_received);
+  for (const auto& p : ports_) {
+    if (p->restarts()) absl::StrAppend(&s, ", ", p->name(), " restarts ", p->restarts());
+  }
   for (int i = 0; i < static_cast<int>(Verdict::kCount); ++i) {
     if (c.rx_dropped[i]) {
       absl::StrAppend(&s, ", ", dpdk::VerdictName(static_cast<Verdict>(i)), " ",

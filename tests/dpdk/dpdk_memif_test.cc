@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/str_split.h"
 #include "tests/dpdk/dpdk_test_util.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/dpdk_device.h"
@@ -199,12 +200,17 @@ std::string RunRank(const std::string& dir, int rank, int size,
   gloo::rendezvous::FileStore store(dir + "/store");
   auto ctx = ConnectContext(store, *dev, rank, size, std::chrono::seconds(60));
   const bool verbose = std::getenv("OPTIREDUCE_TEST_VERBOSE") != nullptr;
-  for (const auto& name : list.cases) {
+  std::vector<std::string> cases = list.cases;
+  if (const char* only = std::getenv("OPTIREDUCE_TEST_CASES")) {
+    cases.clear();
+    for (absl::string_view c : absl::StrSplit(only, ',', absl::SkipEmpty())) cases.emplace_back(c);
+  }
+  for (const auto& name : cases) {
     for (size_t n : list.elements) {
       const auto t0 = std::chrono::steady_clock::now();
       std::string e = RunCase(name, ctx, n);
-      if (verbose && rank == 0) {
-        fprintf(stderr, "%s(%zu): %.1f ms\n", name.c_str(), n,
+      if (verbose) {
+        fprintf(stderr, "rank %d %s(%zu): %.1f ms\n", rank, name.c_str(), n,
                 std::chrono::duration<double, std::milli>(
                     std::chrono::steady_clock::now() - t0).count());
       }
@@ -213,7 +219,7 @@ std::string RunRank(const std::string& dir, int rank, int size,
   }
   if (verbose) {
     auto* io = dynamic_cast<transport::DpdkPacketIo*>((*dev)->engine()->io());
-    fprintf(stderr, "rank %d: %s\n  engine: %s\n", rank,
+    fprintf(stderr, "rank %d: %s %s\n  engine: %s\n", rank, (*dev)->str().c_str(),
             io ? io->CountersString().c_str() : "", (*dev)->stats().ToString().c_str());
   }
   return "";
