@@ -208,7 +208,13 @@ absl::StatusOr<PeerHandle> DpdkPacketIo::ResolvePeer(const IoAddress& a) {
 
 size_t DpdkPacketIo::RxBufferBytes() const {
   size_t total = 0;
-  for (const auto& p : ports_) total += size_t{p->rx_descriptors()} * max_datagram_;
+  for (const auto& p : ports_) {
+    // memif rings hold 1024 frames by default whatever rxd says.
+    const size_t frames = p->driver() == "net_memif"
+                              ? std::min<size_t>(p->rx_descriptors(), 1024)
+                              : p->rx_descriptors();
+    total += frames * max_datagram_;
+  }
   return total;
 }
 

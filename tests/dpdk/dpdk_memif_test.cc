@@ -217,6 +217,10 @@ std::string RunRank(const std::string& dir, int rank, int size,
       if (!e.empty()) return e + " [" + (*dev)->str() + "]";
     }
   }
+  // Keep the device until every rank is done: a rank whose receives
+  // completed may still owe acknowledgements to a peer still sending.
+  store.set("done" + std::to_string(rank), {'1'});
+  for (int r = 0; r < size; ++r) store.wait({"done" + std::to_string(r)}, std::chrono::seconds(60));
   if (verbose) {
     auto* io = dynamic_cast<transport::DpdkPacketIo*>((*dev)->engine()->io());
     fprintf(stderr, "rank %d: %s %s\n  engine: %s\n", rank, (*dev)->str().c_str(),
