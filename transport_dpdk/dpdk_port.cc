@@ -28,10 +28,19 @@ namespace {
 // Per-port state that outlives a device.
 struct PortSlot {
   bool in_use = false;
-  rte_mempool* pool = nullptr;
-  uint32_t pool_size = 0;
-  uint32_t pool_room = 0;
 };
+
+// Mempools are never freed (their mbufs may still sit in another port's
+// ring) but are handed to the next port that needs one of their size.
+struct PoolEntry {
+  rte_mempool* pool = nullptr;
+  uint32_t size = 0, room = 0;
+  bool in_use = false;
+};
+std::vector<PoolEntry>& Pools() {
+  static auto* p = new std::vector<PoolEntry>();
+  return *p;
+}
 
 std::mutex& RegistryMu() {
   static std::mutex* mu = new std::mutex();
@@ -136,6 +145,7 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
                 "give each device its own ports (attr.ports)"));
     }
     slot->in_use = true;
+    p->claimed_ = true;
   }
   // From here on the destructor releases the slot.
 
@@ -178,13 +188,20 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   const uint32_t room = std::max<uint32_t>(
       RTE_PKTMBUF_HEADROOM + ((req.max_frame + 63) / 64) * 64,
       RTE_MBUF_DEFAULT_BUF_SIZE);
-  const uint32_t count = rxd + txd + 1024;
+  const uint32_t count = rxd + txd + 512;
   {
     std::lock_guard<std::mutex> lock(RegistryMu());
-    if (!slot->pool || slot->pool_size < count || slot->pool_room < room) {
+    for (PoolEntry& e : Pools()) {
+      if (!e.in_use && e.size >= count && e.room >= room) {
+        e.in_use = true;
+        p->pool_ = e.pool;
+        break;
+      }
+    }
+    if (!p->pool_) {
       static int generation = 0;
       const std::string pool_name =
-          absl::StrCat("orp", port_id, "_", getpid() % 100000, "_", generation++);
+          absl::StrCat("orp", getpid() % 100000, "_", generation++);
       // No per-lcore cache: the engine's progress thread is not an EAL lcore.
       rte_mempool* pool = rte_pktmbuf_pool_create(
           pool_name.c_str(), count, 0, 0, static_cast<uint16_t>(room),
@@ -197,12 +214,9 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
             " MiB): ", rte_strerror(rte_errno),
             "; give the EAL more memory (-m) or lower the MTU / ring sizes"));
       }
-      // The old pool is kept: its frames may still sit in a peer's ring.
-      slot->pool = pool;
-      slot->pool_size = count;
-      slot->pool_room = room;
+      Pools().push_back({pool, count, room, true});
+      p->pool_ = pool;
     }
-    p->pool_ = slot->pool;
   }
 
   const int socket = rte_eth_dev_socket_id(port_id);
@@ -291,7 +305,10 @@ OpenPort::~OpenPort() {
   }
   if (memif_.is_memif && !memif_.client) unlink(memif_.marker.c_str());
   std::lock_guard<std::mutex> lock(RegistryMu());
-  Registry()[id_].in_use = false;
+  if (claimed_) Registry()[id_].in_use = false;
+  for (PoolEntry& e : Pools()) {
+    if (pool_ && e.pool == pool_) e.in_use = false;
+  }
 }
 
 }  // namespace dpdk

@@ -80,6 +80,7 @@ class OpenPort {
   uint32_t rxd_ = 0, txd_ = 0;
   bool tx_ip_csum_ = false, tx_udp_csum_ = false, rx_csum_ = false;
   bool started_ = false;
+  bool claimed_ = false;  // we hold the port's in-use flag
   MemifLink memif_;
   using Clock = std::chrono::steady_clock;
   Clock::time_point next_check_{};

@@ -107,8 +107,10 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
 
   // Rings: enough receive descriptors for a window of datagrams (the engine
   // sizes its window from what we can buffer), within sane bounds.
-  const uint64_t window_frames =
-      std::max<uint64_t>(1, a.engine.window_bytes / io->max_datagram_);
+  // A mesh port serves one peer, and the engine shares its receive buffer
+  // among all peers: split the window's frames across the ports.
+  const uint64_t window_frames = std::max<uint64_t>(
+      1, a.engine.window_bytes / io->max_datagram_ / ids.size());
   dpdk::PortRequest req;
   req.max_frame = mtu + dpdk::kEthHeader;
   req.mtu = a.mtu;
