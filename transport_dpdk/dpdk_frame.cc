@@ -23,13 +23,35 @@ void Store16(uint8_t* p, uint16_t v) {
   p[1] = static_cast<uint8_t>(v);
 }
 
-// Adds bytes as big-endian 16-bit words to a 32-bit accumulator.
+uint16_t Fold(uint64_t sum);
+
+// Adds bytes as big-endian 16-bit words to an accumulator (p must start at
+// an even offset of the checksummed stream; an odd tail byte is the high
+// byte of a last word). The one's-complement sum is byte-order independent
+// (RFC 1071): sum native 32-bit loads, fold, and swap into big-endian.
 uint64_t SumWords(const uint8_t* p, size_t n, uint64_t sum) {
+  uint64_t native = 0;
+  while (n >= 8) {
+    uint32_t a, b;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + 4, 4);
+    native += a;
+    native += b;
+    p += 8;
+    n -= 8;
+  }
   while (n >= 2) {
-    sum += Load16(p);
+    uint16_t w;
+    std::memcpy(&w, p, 2);
+    native += w;
     p += 2;
     n -= 2;
   }
+  uint16_t folded = Fold(native);
+  if (__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__) {
+    folded = static_cast<uint16_t>((folded >> 8) | (folded << 8));
+  }
+  sum += folded;
   if (n) sum += static_cast<uint16_t>(p[0] << 8);
   return sum;
 }
