@@ -33,6 +33,11 @@ struct EngineOptions {
   std::chrono::microseconds min_rto{4000};
   std::chrono::microseconds initial_rto{20000};
   std::chrono::microseconds max_rto{200000};
+  // After a context is destroyed, keep acknowledging its peers until they
+  // have been quiet this long (and our own sends are acked), at most
+  // linger_max. The device destructor waits for lingering contexts.
+  std::chrono::microseconds linger_quiet{400000};  // 2 x max_rto
+  std::chrono::microseconds linger_max{2000000};
 };
 
 namespace udp {

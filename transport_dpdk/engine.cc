@@ -95,6 +95,7 @@ struct RecvBufferReg {
 struct Peer {
   int rank = -1;
   bool connected = false;
+  bool closed = false;  // Pair::close(): no new operations; still acks
   PeerHandle handle = 0;
   uint32_t remote_ctx = 0;
   // --- sending side ---
@@ -135,6 +136,11 @@ struct Ctx {
   std::map<uint64_t, std::deque<PostedRecv>> posted;   // by slot
   std::map<uint64_t, std::deque<Arrival>> arrivals;    // by slot
   std::map<std::pair<int, uint64_t>, std::shared_ptr<RecvBufferReg>> regs;
+  // After the Gloo context is destroyed the engine keeps answering for it a
+  // little while (like TCP's TIME_WAIT): a peer whose last ack was lost
+  // retransmits, and must get its ack, or its final waitSend would time out.
+  bool closing = false;
+  Clock::time_point closing_since, last_rx;
 };
 
 std::string RanksToString(const std::vector<int>& r) {
@@ -184,6 +190,20 @@ struct Engine::Impl {
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
+  void ReapClosing(Clock::time_point now);
+  // Sends what is ready for peer p right away from the calling (user)
+  // thread, saving the hand-off to the progress thread. Lock held.
+  void Kick(Ctx& c, Peer& p) {
+    auto deadline = Clock::now() + opts.max_sleep;
+    tx_blocked = false;
+    Pump(c, p, Clock::now(), &deadline);
+    Flush();
+    io->Wake();  // the progress thread recomputes its timers
+  }
+  bool HasClosing() const {
+    for (const auto& kv : contexts) if (kv.second->closing) return true;
+    return false;
+  }
   void FillHeader(const Ctx& c, const Peer& p, WireHeader* h) const;
 
   // ---- receive path ----
@@ -270,6 +290,7 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
   if (stats.tx_packets.load(std::memory_order_relaxed) != sent_before) {
     worked = true;
   }
+  ReapClosing(now);
   return worked;
 }
 
@@ -412,6 +433,23 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
   if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
 }
 
+void Engine::Impl::ReapClosing(Clock::time_point now) {
+  for (auto it = contexts.begin(); it != contexts.end();) {
+    Ctx& c = *it->second;
+    bool done = !c.closing ? false : now - c.closing_since >= opts.linger_max;
+    if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
+      done = true;
+      for (const Peer& p : c.peers) {
+        if (p.connected && (!p.unacked.empty() || !p.data_queue.empty() ||
+                            !p.ctrl.empty())) {
+          done = false;
+        }
+      }
+    }
+    it = done ? contexts.erase(it) : std::next(it);
+  }
+}
+
 void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   if (tx_n == kBurst) Flush();
   WireHeader h;
@@ -447,6 +485,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     Bump(stats.bad_context);
     return;
   }
+  if (c->closing) c->last_rx = Clock::now();
   if (c->token == 0 || h.session_token != c->token) {
     Bump(stats.bad_token);
     return;
@@ -834,6 +873,16 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
 
 Engine::~Engine() {
   if (!impl_) return;
+  // Let closing contexts finish their linger (bounded by linger_max).
+  const auto give_up = Clock::now() + impl_->opts.linger_max;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(impl_->mu);
+      if (!impl_->HasClosing()) break;
+    }
+    if (Clock::now() >= give_up) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
   impl_->stop = true;
   impl_->io->Wake();
   if (impl_->thread.joinable()) impl_->thread.join();
@@ -868,7 +917,28 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
 
 void Engine::UnregisterContext(uint32_t ctx) {
   std::lock_guard<std::mutex> lock(impl_->mu);
-  impl_->contexts.erase(ctx);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return;
+  // Every buffer of the context is gone (they hold the context), so nothing
+  // below refers to user memory any more; keep acking for a while.
+  c->posted.clear();
+  c->arrivals.clear();
+  c->regs.clear();
+  for (Peer& p : c->peers) {
+    // Sends whose buffers went away were cancelled or detached (copied)
+    // by Cancel(); the detached ones (e.g. the last notification of an
+    // algorithm, sent without waiting) must still go out.
+    p.data_queue.erase(
+        std::remove_if(p.data_queue.begin(), p.data_queue.end(),
+                       [](const std::shared_ptr<OutMsg>& m) {
+                         return m->cancelled;
+                       }),
+        p.data_queue.end());
+    p.buffer_arrivals.clear();
+  }
+  c->closing = true;
+  c->closing_since = c->last_rx = Clock::now();
+  impl_->io->Wake();
 }
 
 absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
@@ -897,7 +967,9 @@ void Engine::ClosePeer(uint32_t ctx, int peer_rank) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c || peer_rank < 0 || peer_rank >= c->size) return;
-  c->peers[peer_rank].connected = false;
+  // Keep the peer connected at the packet level: it may still need acks
+  // for what it sent us (see the linger in UnregisterContext).
+  c->peers[peer_rank].closed = true;
 }
 
 absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
@@ -913,7 +985,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
         c->size, ")"));
   }
   Peer& p = c->peers[dst];
-  if (!p.connected) {
+  if (!p.connected || p.closed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pair from rank ", c->rank, " to rank ", dst, " is not connected"));
   }
@@ -953,7 +1025,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
     Bump(impl_->stats.rendezvous_messages);
   }
   p.out_msgs.emplace(m->id, m);
-  impl_->io->Wake();
+  impl_->Kick(*c, p);
   return m->op;
 }
 
@@ -974,7 +1046,7 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
           "rank ", c->rank, " cannot recv from rank ", s, " (context size ",
           c->size, ")"));
     }
-    if (!c->peers[s].connected) {
+    if (!c->peers[s].connected || c->peers[s].closed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pair from rank ", c->rank, " to rank ", s, " is not connected"));
     }
@@ -999,7 +1071,7 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
       q.erase(it);
       if (q.empty()) c->arrivals.erase(arr);
       impl_->Bind(*c, c->peers[a.peer], a.msg, r);
-      impl_->io->Wake();
+      impl_->Kick(*c, c->peers[a.peer]);
       return r.op;
     }
   }

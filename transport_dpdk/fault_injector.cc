@@ -144,7 +144,7 @@ void FaultInjector::WaitForInput(std::chrono::microseconds timeout) {
     for (const Held& h : held_) {
       auto wait = h.after_next_burst
                       ? std::chrono::microseconds(0)
-                      : std::chrono::duration_cast<std::chrono::microseconds>(
+                      : std::chrono::ceil<std::chrono::microseconds>(
                             h.release - now);
       if (wait < soonest) soonest = wait;
     }

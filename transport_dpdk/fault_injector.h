@@ -65,6 +65,8 @@ class FaultInjector : public PacketIo {
   void Wake() override { inner_->Wake(); }
 
   const FaultCounters& counters() const { return counters_; }
+  // Datagrams held back (reordered or delayed) and not yet delivered.
+  size_t held() const { return held_.size(); }
   PacketIo* inner() { return inner_.get(); }
 
  private:

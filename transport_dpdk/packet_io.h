@@ -5,10 +5,11 @@
 // reliability. Backends today: udp (kernel sockets), loop (in-process
 // queues); dpdk (ethdev) is meant to plug in through this same interface.
 //
-// Threading: TxBurst, RxBurst, WaitForInput and ResolvePeer are called only
-// from the engine's progress thread (ResolvePeer also from the thread that
-// connects pairs, under the engine lock). Wake() may be called from any
-// thread at any time.
+// Threading: TxBurst, RxBurst and ResolvePeer are called with the engine's
+// lock held, so never concurrently (from the progress thread, or from a user
+// thread that posts a send and transmits it inline). WaitForInput is called
+// only by the progress thread, without the lock, and may overlap a TxBurst.
+// Wake() may be called from any thread at any time.
 #pragma once
 
 #include <array>

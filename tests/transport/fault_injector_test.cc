@@ -56,7 +56,7 @@ std::vector<uint32_t> Drain(FaultInjector& fi, CountingIo* inner) {
       std::memcpy(&v, out[i].data, 4);
       seen.push_back(v);
     }
-    if (n == 0 && inner->done()) {
+    if (n == 0 && inner->done() && fi.held() == 0) {
       ++idle;
       fi.WaitForInput(std::chrono::microseconds(100));
     }

@@ -172,6 +172,38 @@ TEST(LoopDevice, RecvTooSmallIsAnError) {
   for (auto& e : bad) ADD_FAILURE() << e;
 }
 
+TEST(LoopDevice, TwoContextsOnOneDeviceConcurrently) {
+  // One device per rank, two groups on it, each driven by its own thread:
+  // packets are demultiplexed by context id.
+  const int n = 3;
+  gloo::rendezvous::HashStore base;
+  gloo::rendezvous::PrefixStore sa("a", base), sb("b", base);
+  std::vector<std::string> errors(2 * n);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < n; ++r) {
+    ranks.emplace_back([&, r] {
+      auto dev = transport::loop::CreateDevice(attr{});
+      std::shared_ptr<gloo::Context> ca, cb;
+      std::thread ta([&] { ca = ConnectContext(sa, dev, r, n, std::chrono::seconds(30)); });
+      std::thread tb([&] { cb = ConnectContext(sb, dev, r, n, std::chrono::seconds(30)); });
+      ta.join();
+      tb.join();
+      std::thread ra([&] {
+        for (int k = 0; k < 5 && errors[2 * r].empty(); ++k)
+          errors[2 * r] = RunAll(ca, {"allreduce", "AllreduceRing", "recv_any"}, {1, 4096, 100000});
+      });
+      std::thread rb([&] {
+        for (int k = 0; k < 5 && errors[2 * r + 1].empty(); ++k)
+          errors[2 * r + 1] = RunAll(cb, {"broadcast", "alltoall", "sendrecv"}, {1, 4096, 100000});
+      });
+      ra.join();
+      rb.join();
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors) EXPECT_EQ(e, "");
+}
+
 TEST(LoopDevice, BadFaultSpecNamesKey) {
   attr a;
   a.engine.faults = "drop=0.1,bogus=3";

@@ -1,0 +1,206 @@
+// transport_worker: one rank of a multi-process transport test, started by
+// the gtest binaries (fork + exec). Exit code 0 = success; anything else is
+// a failure described on stderr.
+//
+//   transport_worker --mode=conformance|kill|forged --rank=R --size=N
+//                    --store=DIR [--cases=a,b] [--sizes=0,1,1024]
+//                    [--faults=SPEC] [--timeout_ms=T] [--info=DIR]
+#include <gloo/allreduce.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/file_store.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/transport/conformance_cases.h"
+#include "transport_dpdk/address.h"
+#include "transport_dpdk/device.h"
+#include "transport_dpdk/packet_io_udp.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::vector<std::string> Split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+void SumFn(void* c, const void* a, const void* b, size_t n) {
+  gloo::sum<int32_t>(c, a, b, n);
+}
+
+// Allreduce of n int32 with exact check; returns "" on success.
+std::string CheckedAllreduce(const std::shared_ptr<gloo::Context>& ctx, size_t n) {
+  std::vector<int32_t> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((ctx->rank + 1) * (i % 101));
+  gloo::AllreduceOptions o(ctx);
+  o.setOutput(v.data(), n);
+  o.setReduceFunction(&SumFn);
+  gloo::allreduce(o);
+  const int N = ctx->size;
+  for (size_t i = 0; i < n; ++i) {
+    const int32_t want = static_cast<int32_t>((i % 101) * N * (N + 1) / 2);
+    if (v[i] != want) {
+      return "allreduce element " + std::to_string(i) + " = " + std::to_string(v[i]) +
+             ", expected " + std::to_string(want);
+    }
+  }
+  return "";
+}
+
+bool WaitForFile(const std::string& path, std::chrono::milliseconds limit) {
+  const auto end = Clock::now() + limit;
+  while (Clock::now() < end) {
+    if (access(path.c_str(), F_OK) == 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a.find('=') == std::string::npos) {
+      fprintf(stderr, "transport_worker: bad argument '%s' (want --key=value)\n", argv[i]);
+      return 2;
+    }
+    args[a.substr(2, a.find('=') - 2)] = a.substr(a.find('=') + 1);
+  }
+  const std::string mode = args["mode"];
+  const int rank = std::stoi(args["rank"]);
+  const int size = std::stoi(args["size"]);
+  const auto timeout = std::chrono::milliseconds(
+      args.count("timeout_ms") ? std::stol(args["timeout_ms"]) : 30000);
+  try {
+    optireduce::transport::udp::attr attr;
+    attr.engine.faults = args["faults"];
+    auto device = optireduce::transport::udp::CreateDeviceOrError(attr);
+    if (!device.ok()) {
+      fprintf(stderr, "rank %d: %s\n", rank, device.status().ToString().c_str());
+      return 2;
+    }
+    gloo::rendezvous::FileStore store(args["store"]);
+    auto ctx = optireduce::testing::ConnectContext(store, *device, rank, size, timeout);
+
+    if (mode == "conformance") {
+      std::vector<std::string> cases = args.count("cases")
+                                           ? Split(args["cases"])
+                                           : optireduce::testing::AllCaseNames();
+      for (const auto& name : cases) {
+        for (const auto& sz : Split(args["sizes"])) {
+          std::string err = optireduce::testing::RunCase(name, ctx, std::stoul(sz));
+          if (!err.empty()) {
+            fprintf(stderr, "%s\n", err.c_str());
+            return 1;
+          }
+        }
+      }
+      return 0;
+    }
+
+    if (mode == "kill") {
+      // Allreduce until a peer dies: the failure must be a gloo::IoException,
+      // whose wall-clock time we publish for the parent to bound.
+      for (;;) {
+        std::string err;
+        try {
+          err = CheckedAllreduce(ctx, 1 << 18);
+        } catch (const gloo::IoException& e) {
+          timespec ts;
+          clock_gettime(CLOCK_REALTIME, &ts);
+          std::ofstream(args["info"] + "/failed." + std::to_string(rank))
+              << (ts.tv_sec * 1000LL + ts.tv_nsec / 1000000) << "\n";
+          fprintf(stderr, "rank %d: IoException (expected): %.300s\n", rank, e.what());
+          return 0;
+        }
+        if (!err.empty()) {
+          fprintf(stderr, "rank %d: %s\n", rank, err.c_str());
+          return 1;
+        }
+        if (access((args["info"] + "/started." + std::to_string(rank)).c_str(), F_OK) != 0) {
+          std::ofstream(args["info"] + "/started." + std::to_string(rank)) << "1";
+        }
+      }
+    }
+
+    if (mode == "forged") {
+      std::string err = CheckedAllreduce(ctx, 1 << 18);
+      if (!err.empty()) {
+        fprintf(stderr, "rank %d before forgery: %s\n", rank, err.c_str());
+        return 1;
+      }
+      const auto before = (*device)->stats();
+      if (rank == 0) {
+        // Publish what a forger needs: our UDP port, context id and token.
+        auto& pair = ctx->getPair(1);
+        auto addr = optireduce::transport::Address::FromBytes(pair->address().bytes());
+        uint16_t port_be;
+        std::memcpy(&port_be, &addr->io()[2], 2);
+        std::ofstream(args["info"] + "/target.tmp")
+            << ntohs(port_be) << " " << addr->context_id() << " " << addr->token() << "\n";
+        rename((args["info"] + "/target.tmp").c_str(), (args["info"] + "/target").c_str());
+      }
+      if (!WaitForFile(args["info"] + "/forged", std::chrono::seconds(30))) {
+        fprintf(stderr, "rank %d: forger never finished\n", rank);
+        return 1;
+      }
+      for (int i = 0; i < 3; ++i) {
+        err = CheckedAllreduce(ctx, 1 << 18);
+        if (!err.empty()) {
+          fprintf(stderr, "rank %d after forgery: %s\n", rank, err.c_str());
+          return 1;
+        }
+      }
+      const auto after = (*device)->stats();
+      if (rank == 0) {
+        using optireduce::transport::ParseError;
+        const auto bounds = static_cast<int>(ParseError::kBadBounds);
+        const auto crc = static_cast<int>(ParseError::kBadChecksum);
+        struct { const char* name; uint64_t b, a; } checks[] = {
+            {"bad_token", before.bad_token, after.bad_token},
+            {"bad_rank", before.bad_rank, after.bad_rank},
+            {"bad_context", before.bad_context, after.bad_context},
+            {"unknown_message", before.unknown_message, after.unknown_message},
+            {"out_of_window", before.out_of_window, after.out_of_window},
+            {"malformed bad_bounds", before.malformed[bounds], after.malformed[bounds]},
+            {"malformed bad_checksum", before.malformed[crc], after.malformed[crc]},
+        };
+        for (auto& c : checks) {
+          if (c.a <= c.b) {
+            fprintf(stderr, "rank 0: counter %s did not increase (%lu -> %lu): %s\n", c.name,
+                    (unsigned long)c.b, (unsigned long)c.a, after.ToString().c_str());
+            return 1;
+          }
+        }
+        printf("rank 0 stats: %s\n", after.ToString().c_str());
+      }
+      return 0;
+    }
+    fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
+    return 2;
+  } catch (const gloo::IoException& e) {
+    fprintf(stderr, "rank %d: IoException: %s\n", rank, e.what());
+    return mode == "kill" ? 0 : 3;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "rank %d: exception: %s\n", rank, e.what());
+    return 4;
+  }
+}
