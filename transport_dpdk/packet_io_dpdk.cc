@@ -167,12 +167,16 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
   io->port_learned_.assign(io->ports_.size(), false);
+  io->tx_stash_.resize(io->ports_.size());
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
   if (io->ports_.size() > 1) io->SendHellos();
   return io;
 }
 
 DpdkPacketIo::~DpdkPacketIo() {
+  for (Stash& st : tx_stash_) {
+    if (st.next < st.n) rte_pktmbuf_free_bulk(st.m + st.next, st.n - st.next);
+  }
   if (!rx_held_.empty()) {
     rte_pktmbuf_free_bulk(rx_held_.data(), static_cast<unsigned>(rx_held_.size()));
   }
@@ -226,10 +230,23 @@ int DpdkPacketIo::RoutePort(const Endpoint& peer) const {
   return it == mac_to_port_.end() ? -1 : it->second;
 }
 
+rte_mbuf* DpdkPacketIo::TakeMbuf(size_t port) {
+  Stash& st = tx_stash_[port];
+  if (st.next == st.n) {
+    st.n = st.next = 0;
+    if (rte_pktmbuf_alloc_bulk(ports_[port]->pool(), st.m, 32) == 0) {
+      st.n = 32;
+    } else {
+      return rte_pktmbuf_alloc(ports_[port]->pool());  // nearly empty pool
+    }
+  }
+  return st.m[st.next++];
+}
+
 rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
                                    const Endpoint& dst) {
   const dpdk::OpenPort& p = *ports_[port];
-  rte_mbuf* m = rte_pktmbuf_alloc(p.pool());
+  rte_mbuf* m = TakeMbuf(port);
   if (!m) return nullptr;
   const size_t len = d.head_len + d.body_len;
   uint8_t* f = reinterpret_cast<uint8_t*>(

@@ -72,6 +72,9 @@ class DpdkPacketIo : public PacketIo {
   static uint64_t MacKey(const dpdk::Mac& m);
   int RoutePort(const Endpoint& peer) const;
   rte_mbuf* BuildFrame(size_t port, const TxDatagram& d, const Endpoint& dst);
+  // An mbuf from the port's pool, taken in bulk (one pool operation per
+  // burst: the pool has no per-thread cache for non-EAL threads).
+  rte_mbuf* TakeMbuf(size_t port);
   void SendHellos();
   void Count(std::atomic<uint64_t>& c, uint64_t n = 1) {
     c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
@@ -88,6 +91,11 @@ class DpdkPacketIo : public PacketIo {
   std::vector<bool> port_learned_;
   std::vector<std::chrono::steady_clock::time_point> next_hello_;
   std::vector<rte_mbuf*> rx_held_;  // delivered by the last RxBurst
+  struct Stash {
+    rte_mbuf* m[32];
+    unsigned n = 0, next = 0;
+  };
+  std::vector<Stash> tx_stash_;  // per port
   std::vector<std::vector<uint8_t>> rx_linear_;  // multi-segment frames
   size_t rx_next_port_ = 0;
 
