@@ -1,0 +1,98 @@
+// DPDK backend over net_ring: ranks are threads of this process sharing one
+// EAL; every pair of ranks is linked by a pair of ring ports (a mesh).
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <thread>
+
+#include "tests/dpdk/dpdk_test_util.h"
+#include "tests/transport/conformance_cases.h"
+#include "transport_dpdk/dpdk_device.h"
+
+namespace optireduce {
+namespace testing {
+namespace {
+
+namespace dpdk = transport::dpdk;
+
+std::vector<std::string> RunRingRanks(int n, const GlooCaseList& list,
+                                      const std::string& faults = "") {
+  static std::atomic<int> run{0};
+  const std::string prefix = "t" + std::to_string(run++);
+  auto mesh = dpdk::CreateRingMesh(prefix, n);
+  if (!mesh.ok()) return {mesh.status().ToString()};
+  gloo::rendezvous::HashStore store;
+  std::vector<std::string> errors(n);
+  // Devices outlive every rank's work: a rank done early may still owe
+  // acknowledgements to a peer.
+  std::vector<std::shared_ptr<gloo::transport::Device>> devices(n);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        dpdk::attr a;
+        a.ports = (*mesh)[r];
+        a.engine.faults = faults;
+        if (!faults.empty()) a.engine.min_rto = std::chrono::microseconds(2000);
+        devices[r] = dpdk::CreateDevice(a);
+        auto ctx = ConnectContext(store, devices[r], r, n, std::chrono::seconds(60));
+        for (const auto& c : list.cases) {
+          for (size_t e : list.elements) {
+            std::string err = RunCase(c, ctx, e);
+            if (!err.empty()) {
+              errors[r] = err;
+              return;
+            }
+          }
+        }
+      } catch (const std::exception& e) {
+        errors[r] = "rank " + std::to_string(r) + ": " + e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  devices.clear();
+  std::vector<std::string> bad;
+  for (auto& e : errors)
+    if (!e.empty()) bad.push_back(e);
+  return bad;
+}
+
+class DpdkRing : public ::testing::TestWithParam<int> {};
+
+TEST_P(DpdkRing, CollectivesExactRanksAsThreads) {
+  for (auto& e : RunRingRanks(GetParam(), StandardCases())) ADD_FAILURE() << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(Ranks, DpdkRing, ::testing::Values(2, 3, 4));
+
+TEST(DpdkRingFaults, ExactUnderDropReorderDup) {
+  GlooCaseList list{{"allreduce", "AllreduceRing", "broadcast", "allgather", "sendrecv"},
+                    {0, 1, 1000, 100000}};
+  for (auto& e : RunRingRanks(3, list, "drop=0.01,reorder=0.01,dup=0.01,seed=3")) {
+    ADD_FAILURE() << e;
+  }
+}
+
+TEST(DpdkRing, SecondDeviceOnABusyPortIsAnError) {
+  auto mesh = dpdk::CreateRingMesh("busy", 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  dpdk::attr a;
+  a.ports = (*mesh)[0];
+  auto d1 = dpdk::CreateDeviceOrError(a);
+  ASSERT_TRUE(d1.ok()) << d1.status();
+  auto d2 = dpdk::CreateDeviceOrError(a);
+  ASSERT_FALSE(d2.ok());
+  EXPECT_NE(d2.status().message().find("already used"), std::string::npos) << d2.status();
+  auto d2b = dpdk::CreateDeviceOrError(a);  // the failed attempt freed nothing
+  ASSERT_FALSE(d2b.ok());
+  d1->reset();
+  auto d3 = dpdk::CreateDeviceOrError(a);  // released ports can be reopened
+  EXPECT_TRUE(d3.ok()) << d3.status();
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace optireduce

@@ -1,0 +1,50 @@
+// dpdk_attr.h — configuration of the DPDK packet I/O backend's device.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "transport_dpdk/attr.h"
+
+namespace optireduce {
+namespace transport {
+namespace dpdk {
+
+struct attr {
+  // EAL arguments, whitespace separated (no program name). Empty: env
+  // OPTIREDUCE_EAL_ARGS, else DefaultEalArgs() (see dpdk_eal.h). EAL is
+  // initialised once per process; later devices must ask for the same args
+  // (or leave them empty).
+  std::string eal_args;
+  // Ethdev ports this device owns, by name ("net_memif0") or index ("0").
+  // Empty: env OPTIREDUCE_DPDK_PORTS (comma separated), else every port the
+  // EAL probed. Several ports form a point-to-point mesh (one port per peer
+  // link, e.g. memif): frames are routed by the peer's MAC, learned from
+  // received frames and link hellos, flooded while unknown.
+  std::vector<std::string> ports;
+  // Source MAC of our frames ("02:00:00:00:00:01"). Empty: the first port's
+  // MAC, or a random locally administered one for memif / net_ring ports
+  // (their MACs are not unique across processes).
+  std::string mac;
+  // IPv4 address in our frames. Empty: 10.77.<mac[4]>.<mac[5]> from the
+  // device MAC (unique as long as MACs differ in their last two bytes).
+  std::string ipv4;
+  // UDP port in our frames. 0: 17000 + (device number in this process).
+  uint16_t udp_port = 0;
+  // IP MTU (IPv4 + UDP + datagram). 0: the port's MTU (1500 if unknown),
+  // capped at 9000. The engine's datagram is at most mtu - 28 bytes.
+  uint32_t mtu = 0;
+  // Ring sizes per port. 0: derived from the window and the datagram size.
+  uint32_t rx_descriptors = 0;
+  uint32_t tx_descriptors = 0;
+  // Fill the UDP checksum (hardware offload where the port has it, software
+  // otherwise); false sends checksum 0 (allowed by IPv4). Received UDP
+  // checksums are verified whenever they are non-zero.
+  bool udp_checksum = true;
+  EngineOptions engine;
+};
+
+}  // namespace dpdk
+}  // namespace transport
+}  // namespace optireduce

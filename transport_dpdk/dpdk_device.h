@@ -1,0 +1,46 @@
+// dpdk_device.h — the Gloo device over the DPDK backend.
+//
+//   auto dev = optireduce::transport::dpdk::CreateDevice(attr);
+//
+// EAL arguments come from attr.eal_args or OPTIREDUCE_EAL_ARGS. Multi-process
+// over memif: give each rank one memif vdev per peer link, e.g. 2 ranks:
+//   rank 0: --vdev=net_memif0,role=server,id=0,socket=/tmp/j/01.sock,socket-abstract=no
+//   rank 1: --vdev=net_memif0,role=client,id=0,socket=/tmp/j/01.sock,socket-abstract=no
+// (MemifMeshEalArgs builds these for N ranks). The device uses every port
+// (or attr.ports) and routes by the peer's MAC (see packet_io_dpdk.h).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <gloo/transport/device.h>
+
+#include "absl/status/statusor.h"
+#include "transport_dpdk/device.h"
+#include "transport_dpdk/dpdk_attr.h"
+
+namespace optireduce {
+namespace transport {
+namespace dpdk {
+
+// Throws gloo::InvalidOperationException naming the problem.
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
+
+// EAL --vdev arguments for rank `rank` of a full memif mesh of `size` ranks
+// whose sockets live in `socket_dir` (link i<j: rank i is the server of
+// "<dir>/<i>-<j>.sock"). Port k of rank r is the link to the k-th other rank.
+std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size);
+
+// Creates, in this process, a full mesh of net_ring port pairs for `size`
+// endpoints (ranks as threads sharing one EAL): ring port "<prefix>_i_j"
+// sends i->j and receives j->i. Returns, per endpoint, the port names to
+// put in attr.ports. Initialises the EAL (eal_args as in attr) if needed.
+absl::StatusOr<std::vector<std::vector<std::string>>> CreateRingMesh(
+    const std::string& prefix, int size, const std::string& eal_args = "",
+    unsigned ring_size = 2048);
+
+}  // namespace dpdk
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,509 @@
+#include "transport_dpdk/packet_io_dpdk.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <random>
+
+#include <rte_ethdev.h>
+#include <rte_mbuf.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "transport_dpdk/dpdk_eal.h"
+
+namespace optireduce {
+namespace transport {
+namespace {
+
+using dpdk::Verdict;
+
+constexpr size_t kBurst = 32;
+constexpr auto kHelloFast = std::chrono::milliseconds(10);
+constexpr auto kHelloSlow = std::chrono::seconds(1);
+constexpr uint32_t kMinDatagram = 256;
+
+uint32_t NextPow2(uint64_t v) {
+  uint32_t p = 1;
+  while (p < v && p < (1u << 20)) p <<= 1;
+  return p;
+}
+
+std::atomic<int> g_device_number{0};
+
+}  // namespace
+
+uint64_t DpdkPacketIo::MacKey(const dpdk::Mac& m) {
+  uint64_t k = 0;
+  std::memcpy(&k, m.data(), 6);
+  return k;
+}
+
+absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
+    const dpdk::attr& a) {
+  const std::string eal_args = dpdk::ResolveEalArgs(a.eal_args);
+  absl::Status st = dpdk::EnsureEal(eal_args);
+  if (!st.ok()) return st;
+  if (rte_eth_dev_count_avail() == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "DPDK EAL found no ethdev ports (a --vdev may have failed to probe: "
+        "see the EAL log above; no NIC bound to a DPDK driver?); EAL "
+        "arguments: '", eal_args, "'"));
+  }
+
+  std::vector<std::string> specs = a.ports;
+  if (specs.empty()) {
+    if (const char* env = std::getenv("OPTIREDUCE_DPDK_PORTS")) {
+      for (absl::string_view s : absl::StrSplit(env, ',', absl::SkipEmpty())) {
+        specs.emplace_back(s);
+      }
+    }
+  }
+  std::vector<uint16_t> ids;
+  if (specs.empty()) {
+    uint16_t id;
+    RTE_ETH_FOREACH_DEV(id) ids.push_back(id);
+  } else {
+    for (const auto& s : specs) {
+      auto id = dpdk::FindPort(s);
+      if (!id.ok()) return id.status();
+      for (uint16_t seen : ids) {
+        if (seen == *id) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "dpdk attr.ports names port '", s, "' twice"));
+        }
+      }
+      ids.push_back(*id);
+    }
+  }
+
+  // MTU: IPv4 + UDP headers + the engine's datagram.
+  uint32_t mtu = a.mtu;
+  if (mtu == 0) {
+    mtu = dpdk::OpenPort::PortMtu(ids[0]);
+    if (mtu == 0) mtu = 1500;
+    mtu = std::min<uint32_t>(mtu, 9000);
+  }
+  const uint32_t overhead = dpdk::kIpv4Header + dpdk::kUdpHeader;
+  if (mtu < overhead + kMinDatagram || mtu > 9702) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk mtu ", mtu, " is outside [", overhead + kMinDatagram,
+        ", 9702]: it must hold the ", overhead,
+        "-byte IPv4/UDP header plus a datagram of at least ", kMinDatagram,
+        " bytes"));
+  }
+
+  std::unique_ptr<DpdkPacketIo> io(new DpdkPacketIo());
+  io->max_datagram_ = mtu - overhead;
+  io->udp_checksum_ = a.udp_checksum;
+
+  // Rings: enough receive descriptors for a window of datagrams (the engine
+  // sizes its window from what we can buffer), within sane bounds.
+  // A mesh port serves one peer, and the engine shares its receive buffer
+  // among all peers: split the window's frames across the ports.
+  const uint64_t window_frames = std::max<uint64_t>(
+      1, a.engine.window_bytes / io->max_datagram_ / ids.size());
+  dpdk::PortRequest req;
+  req.max_frame = mtu + dpdk::kEthHeader;
+  req.mtu = a.mtu;
+  req.rx_descriptors = a.rx_descriptors
+                           ? a.rx_descriptors
+                           : std::clamp<uint32_t>(NextPow2(window_frames), 512, 4096);
+  req.tx_descriptors = a.tx_descriptors ? a.tx_descriptors : 1024;
+  for (uint16_t id : ids) {
+    auto port = dpdk::OpenPort::Open(id, req);
+    if (!port.ok()) return port.status();
+    io->ports_.push_back(std::move(*port));
+  }
+
+  // The device's MAC: attr.mac, else the first port's, except for virtual
+  // point-to-point ports whose MACs are not unique across processes (memif
+  // gives every process the same "random" MAC, net_ring ports have none):
+  // those get a random locally administered MAC.
+  dpdk::Mac mac = io->ports_[0]->mac();
+  const std::string& drv = io->ports_[0]->driver();
+  if (!a.mac.empty()) {
+    unsigned b[6];
+    char tail;
+    if (std::sscanf(a.mac.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2],
+                    &b[3], &b[4], &b[5], &tail) != 6 ||
+        (b[0] & 1) || b[0] > 255 || b[1] > 255 || b[2] > 255 || b[3] > 255 ||
+        b[4] > 255 || b[5] > 255) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dpdk attr.mac '", a.mac, "' is not a unicast MAC like 02:00:00:00:00:01"));
+    }
+    for (int i = 0; i < 6; ++i) mac[i] = static_cast<uint8_t>(b[i]);
+  } else if (MacKey(mac) == 0 || drv == "net_memif" || drv == "net_ring") {
+    std::random_device rd;
+    for (auto& b : mac) b = static_cast<uint8_t>(rd());
+    mac[0] = static_cast<uint8_t>((mac[0] & 0xFE) | 0x02);
+  }
+  io->self_.mac = mac;
+  if (a.ipv4.empty()) {
+    io->self_.ipv4_be = htonl((10u << 24) | (77u << 16) | (mac[4] << 8) | mac[5]);
+  } else {
+    in_addr in{};
+    if (inet_pton(AF_INET, a.ipv4.c_str(), &in) != 1) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "dpdk attr.ipv4 '", a.ipv4, "' is not an IPv4 address"));
+    }
+    io->self_.ipv4_be = in.s_addr;
+  }
+  const int number = g_device_number++;
+  io->self_.port_be = htons(a.udp_port ? a.udp_port
+                                       : static_cast<uint16_t>(17000 + number % 1000));
+  io->self_.queue = 0;
+
+  io->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (io->wake_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
+  io->port_learned_.assign(io->ports_.size(), false);
+  io->tx_stash_.resize(io->ports_.size());
+  io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
+  if (io->ports_.size() > 1) io->SendHellos();
+  return io;
+}
+
+DpdkPacketIo::~DpdkPacketIo() {
+  for (Stash& st : tx_stash_) {
+    if (st.next < st.n) rte_pktmbuf_free_bulk(st.m + st.next, st.n - st.next);
+  }
+  if (!rx_held_.empty()) {
+    rte_pktmbuf_free_bulk(rx_held_.data(), static_cast<unsigned>(rx_held_.size()));
+  }
+  ports_.clear();
+  if (wake_fd_ >= 0) close(wake_fd_);
+}
+
+IoAddress DpdkPacketIo::LocalAddress() const { return dpdk::EncodeAddress(self_); }
+
+std::string DpdkPacketIo::Describe() const {
+  std::string names;
+  for (const auto& p : ports_) absl::StrAppend(&names, names.empty() ? "" : ",", p->name());
+  return absl::StrCat("dpdk [", names, "] ", dpdk::EndpointToString(self_),
+                      " mtu ", max_datagram_ + dpdk::kIpv4Header + dpdk::kUdpHeader);
+}
+
+std::string DpdkPacketIo::AddressToString(const IoAddress& a) const {
+  auto e = dpdk::DecodeAddress(a);
+  if (!e.ok()) return "<not a dpdk address>";
+  return dpdk::EndpointToString(*e);
+}
+
+absl::StatusOr<PeerHandle> DpdkPacketIo::ResolvePeer(const IoAddress& a) {
+  auto e = dpdk::DecodeAddress(a);
+  if (!e.ok()) return e.status();
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    if (peers_[i].mac == e->mac && peers_[i].ipv4_be == e->ipv4_be &&
+        peers_[i].port_be == e->port_be && peers_[i].queue == e->queue) {
+      return static_cast<PeerHandle>(i);
+    }
+  }
+  peers_.push_back(*e);
+  return static_cast<PeerHandle>(peers_.size() - 1);
+}
+
+size_t DpdkPacketIo::RxBufferBytes() const {
+  size_t total = 0;
+  for (const auto& p : ports_) {
+    // memif rings hold 1024 frames by default whatever rxd says.
+    const size_t frames = p->driver() == "net_memif"
+                              ? std::min<size_t>(p->rx_descriptors(), 1024)
+                              : p->rx_descriptors();
+    total += frames * max_datagram_;
+  }
+  return total;
+}
+
+int DpdkPacketIo::RoutePort(const Endpoint& peer) const {
+  if (ports_.size() == 1) return 0;
+  auto it = mac_to_port_.find(MacKey(peer.mac));
+  return it == mac_to_port_.end() ? -1 : it->second;
+}
+
+rte_mbuf* DpdkPacketIo::TakeMbuf(size_t port) {
+  Stash& st = tx_stash_[port];
+  if (st.next == st.n) {
+    st.n = st.next = 0;
+    if (rte_pktmbuf_alloc_bulk(ports_[port]->pool(), st.m, 32) == 0) {
+      st.n = 32;
+    } else {
+      return rte_pktmbuf_alloc(ports_[port]->pool());  // nearly empty pool
+    }
+  }
+  return st.m[st.next++];
+}
+
+rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
+                                   const Endpoint& dst) {
+  const dpdk::OpenPort& p = *ports_[port];
+  rte_mbuf* m = TakeMbuf(port);
+  if (!m) return nullptr;
+  const size_t len = d.head_len + d.body_len;
+  uint8_t* f = reinterpret_cast<uint8_t*>(
+      rte_pktmbuf_append(m, static_cast<uint16_t>(dpdk::kFrameHeader + len)));
+  if (!f) {
+    rte_pktmbuf_free(m);
+    return nullptr;
+  }
+  dpdk::WriteHeaders(f, self_, dst, ip_id_++, len, !p.tx_ip_checksum());
+  uint8_t* payload = f + dpdk::kFrameHeader;
+  std::memcpy(payload, d.head, d.head_len);
+  if (d.body_len) std::memcpy(payload + d.head_len, d.body, d.body_len);
+  if (p.tx_ip_checksum()) {
+    m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
+    m->l2_len = dpdk::kEthHeader;
+    m->l3_len = dpdk::kIpv4Header;
+  }
+  if (udp_checksum_) {
+    uint8_t* udp = f + dpdk::kEthHeader + dpdk::kIpv4Header;
+    uint16_t c;
+    if (p.tx_udp_checksum()) {
+      m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_UDP_CKSUM;
+      m->l2_len = dpdk::kEthHeader;
+      m->l3_len = dpdk::kIpv4Header;
+      c = dpdk::UdpPseudoHeaderSum(self_.ipv4_be, dst.ipv4_be, dpdk::kUdpHeader + len);
+    } else {
+      c = dpdk::UdpChecksum(self_.ipv4_be, dst.ipv4_be, udp, dpdk::kUdpHeader + len);
+    }
+    udp[6] = static_cast<uint8_t>(c >> 8);
+    udp[7] = static_cast<uint8_t>(c);
+  }
+  return m;
+}
+
+size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
+  size_t done = 0;
+  rte_mbuf* batch[kBurst];
+  size_t nb = 0;
+  int batch_port = -1;
+  // Sends the batch; false if the port took only part of it.
+  auto flush = [&]() -> bool {
+    const uint16_t sent = !ports_[batch_port]->started() ? 0 : rte_eth_tx_burst(ports_[batch_port]->id(), 0, batch,
+                                           static_cast<uint16_t>(nb));
+    done += sent;
+    Count(c_.tx_frames, sent);
+    const bool all = sent == nb;
+    if (!all) {
+      rte_pktmbuf_free_bulk(batch + sent, static_cast<unsigned>(nb - sent));
+      Count(c_.tx_backpressure);
+    }
+    nb = 0;
+    return all;
+  };
+  for (size_t i = 0; i < n; ++i) {
+    const TxDatagram& t = d[i];
+    if (t.peer >= peers_.size() || t.head_len + t.body_len > max_datagram_) {
+      // The engine never does this; treat it as a loss rather than stall.
+      if (nb && !flush()) return done;
+      ++done;
+      continue;
+    }
+    const Endpoint& dst = peers_[t.peer];
+    const int port = RoutePort(dst);
+    if (port < 0) {
+      // Mesh link to this peer not learned yet: flood (the wrong receivers
+      // drop it by MAC). Best effort, like any datagram.
+      if (nb && !flush()) return done;
+      for (size_t p = 0; p < ports_.size(); ++p) {
+        if (!ports_[p]->started()) continue;
+        rte_mbuf* m = BuildFrame(p, t, dst);
+        if (!m) continue;
+        if (rte_eth_tx_burst(ports_[p]->id(), 0, &m, 1) != 1) rte_pktmbuf_free(m);
+      }
+      Count(c_.tx_flooded);
+      ++done;
+      continue;
+    }
+    if (nb && (port != batch_port || nb == kBurst) && !flush()) return done;
+    rte_mbuf* m = BuildFrame(static_cast<size_t>(port), t, dst);
+    if (!m) {  // pool exhausted: backpressure
+      if (nb) flush();
+      Count(c_.tx_backpressure);
+      return done;
+    }
+    batch_port = port;
+    batch[nb++] = m;
+  }
+  if (nb) flush();
+  return done;
+}
+
+void DpdkPacketIo::SendHellos() {
+  const auto now = std::chrono::steady_clock::now();
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    if (now < next_hello_[p] || !ports_[p]->started()) continue;
+    next_hello_[p] = now + (port_learned_[p] ? std::chrono::duration_cast<
+                                                   std::chrono::steady_clock::duration>(kHelloSlow)
+                                             : kHelloFast);
+    rte_mbuf* m = rte_pktmbuf_alloc(ports_[p]->pool());
+    if (!m) continue;
+    uint8_t* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, dpdk::kHelloFrame));
+    if (!f) {
+      rte_pktmbuf_free(m);
+      continue;
+    }
+    dpdk::WriteHello(f, self_.mac);
+    if (rte_eth_tx_burst(ports_[p]->id(), 0, &m, 1) == 1) {
+      Count(c_.hellos_sent);
+    } else {
+      rte_pktmbuf_free(m);
+    }
+  }
+}
+
+size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
+  if (!rx_held_.empty()) {
+    rte_pktmbuf_free_bulk(rx_held_.data(), static_cast<unsigned>(rx_held_.size()));
+    rx_held_.clear();
+  }
+  size_t linear_used = 0;
+  const auto now = std::chrono::steady_clock::now();
+  for (auto& p : ports_) p->Watchdog(now);
+  if (ports_.size() > 1) SendHellos();
+  size_t got = 0;
+  rte_mbuf* mbufs[kBurst];
+  const size_t nports = ports_.size();
+  for (size_t k = 0; k < nports && got < max; ++k) {
+    const size_t pi = (rx_next_port_ + k) % nports;
+    const dpdk::OpenPort& port = *ports_[pi];
+    if (!port.started()) continue;
+    const uint16_t want = static_cast<uint16_t>(std::min(kBurst, max - got));
+    const uint16_t nb = rte_eth_rx_burst(port.id(), 0, mbufs, want);
+    if (nb) Count(c_.rx_frames, nb);
+    for (uint16_t i = 0; i < nb; ++i) {
+      rte_mbuf* m = mbufs[i];
+      uint8_t* frame;
+      const size_t len = rte_pktmbuf_pkt_len(m);
+      if (m->nb_segs > 1) {
+        if (rx_linear_.size() <= linear_used) rx_linear_.emplace_back();
+        auto& buf = rx_linear_[linear_used++];
+        buf.resize(len);
+        frame = static_cast<uint8_t*>(
+            const_cast<void*>(rte_pktmbuf_read(m, 0, static_cast<uint32_t>(len), buf.data())));
+        if (frame != buf.data()) std::memcpy(buf.data(), frame, len), frame = buf.data();
+      } else {
+        frame = rte_pktmbuf_mtod(m, uint8_t*);
+      }
+      bool verify_ip = true, verify_udp = true;
+      if (port.rx_checksum()) {
+        const uint64_t ipf = m->ol_flags & RTE_MBUF_F_RX_IP_CKSUM_MASK;
+        const uint64_t l4f = m->ol_flags & RTE_MBUF_F_RX_L4_CKSUM_MASK;
+        verify_ip = ipf != RTE_MBUF_F_RX_IP_CKSUM_GOOD;
+        verify_udp = l4f != RTE_MBUF_F_RX_L4_CKSUM_GOOD;
+      }
+      dpdk::Parsed p = dpdk::ParseFrame(frame, len, self_, verify_ip, verify_udp);
+      if (p.verdict == Verdict::kOk || p.verdict == Verdict::kHello) {
+        if (nports > 1) {
+          mac_to_port_[MacKey(p.src_mac)] = static_cast<int>(pi);
+          port_learned_[pi] = true;
+        }
+      }
+      if (p.verdict == Verdict::kOk && p.payload_len > 0 &&
+          p.payload_len <= max_datagram_) {
+        out[got].data = p.payload;
+        out[got].len = p.payload_len;
+        ++got;
+        rx_held_.push_back(m);
+        continue;
+      }
+      if (p.verdict == Verdict::kHello) {
+        Count(c_.hellos_received);
+      } else {
+        Count(c_.rx_dropped[static_cast<int>(p.verdict == Verdict::kOk
+                                                 ? Verdict::kBadIpHeader
+                                                 : p.verdict)]);
+      }
+      rte_pktmbuf_free(m);
+    }
+  }
+  rx_next_port_ = (rx_next_port_ + 1) % nports;
+  if (got) Count(c_.rx_delivered, got);
+  return got;
+}
+
+void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
+  // Virtual and real ports have no file descriptor to wait on in general:
+  // sleep (the engine grows the timeout while idle), but return at once on
+  // Wake().
+  if (timeout.count() <= 0) return;
+  pollfd fd = {wake_fd_, POLLIN, 0};
+  timespec ts;
+  ts.tv_sec = timeout.count() / 1000000;
+  ts.tv_nsec = (timeout.count() % 1000000) * 1000;
+  if (ppoll(&fd, 1, &ts, nullptr) > 0) {
+    uint64_t v;
+    while (read(wake_fd_, &v, sizeof(v)) == sizeof(v)) {
+    }
+  }
+}
+
+void DpdkPacketIo::Wake() {
+  uint64_t one = 1;
+  ssize_t r = write(wake_fd_, &one, sizeof(one));
+  (void)r;
+}
+
+bool DpdkPacketIo::SendRawFrame(size_t index, const uint8_t* frame, size_t len) {
+  if (index >= ports_.size() || !ports_[index]->started()) return false;
+  rte_mbuf* m = rte_pktmbuf_alloc(ports_[index]->pool());
+  if (!m) return false;
+  uint8_t* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
+  if (!f) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  std::memcpy(f, frame, len);
+  if (rte_eth_tx_burst(ports_[index]->id(), 0, &m, 1) != 1) {
+    rte_pktmbuf_free(m);
+    return false;
+  }
+  return true;
+}
+
+DpdkPacketIo::Counters DpdkPacketIo::counters() const {
+  Counters r;
+  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
+  r.tx_frames = ld(c_.tx_frames);
+  r.tx_backpressure = ld(c_.tx_backpressure);
+  r.tx_flooded = ld(c_.tx_flooded);
+  r.rx_frames = ld(c_.rx_frames);
+  r.rx_delivered = ld(c_.rx_delivered);
+  r.hellos_sent = ld(c_.hellos_sent);
+  r.hellos_received = ld(c_.hellos_received);
+  for (int i = 0; i < static_cast<int>(Verdict::kCount); ++i) {
+    r.rx_dropped[i] = ld(c_.rx_dropped[i]);
+    r.rx_dropped_total += r.rx_dropped[i];
+  }
+  return r;
+}
+
+std::string DpdkPacketIo::CountersString() const {
+  Counters c = counters();
+  std::string s = absl::StrCat("tx ", c.tx_frames, " (flooded ", c.tx_flooded,
+                               ", backpressure ", c.tx_backpressure, "), rx ",
+                               c.rx_frames, " delivered ", c.rx_delivered,
+                               ", hellos ", c.hellos_sent, "/", c.hellos_received);
+  for (const auto& p : ports_) {
+    if (p->restarts()) absl::StrAppend(&s, ", ", p->name(), " restarts ", p->restarts());
+  }
+  for (int i = 0; i < static_cast<int>(Verdict::kCount); ++i) {
+    if (c.rx_dropped[i]) {
+      absl::StrAppend(&s, ", ", dpdk::VerdictName(static_cast<Verdict>(i)), " ",
+                      c.rx_dropped[i]);
+    }
+  }
+  return s;
+}
+
+}  // namespace transport
+}  // namespace optireduce

@@ -1,0 +1,110 @@
+// packet_io_dpdk.h — the DPDK poll-mode backend: engine datagrams as UDP
+// payloads in Ethernet/IPv4/UDP frames on one or several ethdev ports.
+//
+// One port (a NIC, af_packet on a bridged veth): every peer is reached
+// through it. Several ports: a point-to-point mesh (one memif / net_ring
+// link per peer); all ports send with the device's MAC (the first port's),
+// the port reaching a peer is learned from the source MAC of frames received
+// on it (link hellos speed that up) and frames to a peer not yet learned are
+// flooded on every port (the wrong receivers drop them by MAC).
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "transport_dpdk/dpdk_attr.h"
+#include "transport_dpdk/dpdk_frame.h"
+#include "transport_dpdk/dpdk_port.h"
+#include "transport_dpdk/packet_io.h"
+
+struct rte_mbuf;
+
+namespace optireduce {
+namespace transport {
+
+class DpdkPacketIo : public PacketIo {
+ public:
+  // Initialises the EAL if needed (see dpdk_eal.h) and opens the ports.
+  static absl::StatusOr<std::unique_ptr<DpdkPacketIo>> Create(
+      const dpdk::attr& attr);
+  ~DpdkPacketIo() override;
+
+  std::string Describe() const override;
+  uint32_t MaxDatagram() const override { return max_datagram_; }
+  IoAddress LocalAddress() const override;
+  absl::StatusOr<PeerHandle> ResolvePeer(const IoAddress& address) override;
+  std::string AddressToString(const IoAddress& address) const override;
+  size_t TxBurst(const TxDatagram* datagrams, size_t n) override;
+  size_t RxBurst(RxDatagram* out, size_t max) override;
+  void WaitForInput(std::chrono::microseconds timeout) override;
+  void Wake() override;
+
+  struct Counters {
+    uint64_t tx_frames = 0;       // datagrams handed to a port
+    uint64_t tx_backpressure = 0; // bursts cut short by a full ring / pool
+    uint64_t tx_flooded = 0;      // datagrams sent on every mesh port
+    uint64_t rx_frames = 0;       // frames received (all kinds)
+    uint64_t rx_delivered = 0;    // datagrams handed to the engine
+    uint64_t hellos_sent = 0;
+    uint64_t hellos_received = 0;
+    uint64_t rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
+    uint64_t rx_dropped_total = 0;
+  };
+  // Safe from any thread (a relaxed snapshot).
+  Counters counters() const;
+  std::string CountersString() const;
+
+  const dpdk::Endpoint& self() const { return self_; }
+  size_t port_count() const { return ports_.size(); }
+  // Bytes the receive rings can hold (for the engine's incast window).
+  size_t RxBufferBytes() const;
+  // Test hook: sends a raw frame on port `index` (no framing, no checks).
+  bool SendRawFrame(size_t index, const uint8_t* frame, size_t len);
+
+ private:
+  using Endpoint = dpdk::Endpoint;
+  DpdkPacketIo() = default;
+  static uint64_t MacKey(const dpdk::Mac& m);
+  int RoutePort(const Endpoint& peer) const;
+  rte_mbuf* BuildFrame(size_t port, const TxDatagram& d, const Endpoint& dst);
+  // An mbuf from the port's pool, taken in bulk (one pool operation per
+  // burst: the pool has no per-thread cache for non-EAL threads).
+  rte_mbuf* TakeMbuf(size_t port);
+  void SendHellos();
+  void Count(std::atomic<uint64_t>& c, uint64_t n = 1) {
+    c.store(c.load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+  }
+
+  std::vector<std::unique_ptr<dpdk::OpenPort>> ports_;
+  Endpoint self_;
+  uint32_t max_datagram_ = 0;
+  bool udp_checksum_ = true;
+  uint16_t ip_id_ = 0;
+  int wake_fd_ = -1;
+  std::vector<Endpoint> peers_;  // by PeerHandle
+  absl::flat_hash_map<uint64_t, int> mac_to_port_;  // learned (mesh only)
+  std::vector<bool> port_learned_;
+  std::vector<std::chrono::steady_clock::time_point> next_hello_;
+  std::vector<rte_mbuf*> rx_held_;  // delivered by the last RxBurst
+  struct Stash {
+    rte_mbuf* m[32];
+    unsigned n = 0, next = 0;
+  };
+  std::vector<Stash> tx_stash_;  // per port
+  std::vector<std::vector<uint8_t>> rx_linear_;  // multi-segment frames
+  size_t rx_next_port_ = 0;
+
+  struct AtomicCounters {
+    std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_flooded{0},
+        rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0};
+    std::atomic<uint64_t> rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
+  } c_;
+};
+
+}  // namespace transport
+}  // namespace optireduce
