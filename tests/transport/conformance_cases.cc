@@ -163,10 +163,12 @@ std::string NewBarrier(const Ctx& c, size_t) {
 
 std::string NewBroadcast(const Ctx& c, size_t n) {
   const int root = c->size - 1;
-  std::vector<T> v = c->rank == root ? Input(root, n) : std::vector<T>(n, -1);
+  // Separate input at the root: gloo::broadcast copies input to output
+  // while its sends from the input may still be in flight.
+  std::vector<T> in = Input(root, n), v(n, -1);
   gloo::BroadcastOptions o(c);
   o.setRoot(root);
-  if (c->rank == root) o.setInput(v.data(), n);
+  if (c->rank == root) o.setInput(in.data(), n);
   o.setOutput(v.data(), n);
   gloo::broadcast(o);
   for (size_t i = 0; i < n; ++i)
