@@ -78,6 +78,9 @@ class BoundedChannel {
   // repairs of `op` are then served from the copies, kept within a memory budget (oldest
   // operations are forgotten first).
   virtual void Detach(uint64_t op) = 0;
+  // Stops serving `op` at all (its sources are about to change): later repair requests
+  // for it go unanswered and the requester compensates.
+  virtual void Release(uint64_t op) = 0;
 
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;

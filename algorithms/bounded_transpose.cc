@@ -62,7 +62,9 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
 template <typename T>
 void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
                    const BoundedReceive& rx, int ranks, Compensation compensation) {
-  std::vector<uint16_t> contributors(count, 1);  // every element has the owner's own value
+  // Every element has the owner's own value. Reused per thread: no allocation per call.
+  thread_local std::vector<uint16_t> contributors;
+  contributors.assign(count, 1);
   for (size_t p = 0; p < peer_data.size(); p++) {
     for (const ByteRange& r : rx.Arrived(p)) {
       // Whole elements only: a range that splits an element leaves it missing.
@@ -121,12 +123,15 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
   T* mine = data + plan.ShardBegin(rank);
-  std::unique_ptr<T[]> scratch(new T[std::max<size_t>(1, my_count * (n - 1))]);
+  // Scratch for the peers' contributions, reused per thread (no page faults per call).
+  thread_local std::vector<T> scratch_memory;
+  if (scratch_memory.size() < my_count * (n - 1)) scratch_memory.resize(my_count * (n - 1));
+  T* scratch = scratch_memory.data();
   std::vector<BoundedRegion> regions1;
   std::vector<T*> peer_data;
   if (my_count > 0) {
     for (int step = 1; step < n; step++) {
-      T* dst = scratch.get() + (step - 1) * my_count;
+      T* dst = scratch + (step - 1) * my_count;
       regions1.push_back({plan.RecvPeer(rank, step), dst, my_count * sizeof(T)});
       peer_data.push_back(dst);
     }
@@ -159,8 +164,10 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   FinishPhase(*rx2, regions2, phase2_start + half, a, &stats->phase[1]);
   FillMissing(data, plan, rank, *rx2, regions2);
   rx2.reset();
-  // The caller transforms the buffer back next: late repairs are served from copies.
-  a.channel->Detach(op1);
+  // The caller transforms the buffer back next. Phase-1 sources are released (an owner
+  // still repairing after this rank finished gets no answer and compensates); the
+  // reduced shard is copied so that late phase-2 repairs are still served.
+  a.channel->Release(op1);
   a.channel->Detach(op2);
 }
 

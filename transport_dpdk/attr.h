@@ -31,9 +31,11 @@ struct EngineOptions {
   bool busy_poll = false;  // never sleep (dedicated cores only)
   // Bounded service (OptiReduce mode): payload bytes per unreliable packet
   // (a lost packet loses this much; rounded down to a multiple of 64 and
-  // capped by the backend's datagram size) and the pacing rate of a device's
-  // unreliable sends, which carry no acknowledgements to clock them.
-  size_t bounded_payload = 8192;
+  // capped by the backend's datagram size: DPDK frames keep it near the MTU)
+  // and the pacing rate of a device's unreliable sends, which carry no
+  // acknowledgements to clock them (0: unpaced; set it below the receivers'
+  // drain rate of the receivers; 8 Gb/s keeps 4 ranks on loopback near lossless).
+  size_t bounded_payload = 32768;
   double bounded_rate_gbps = 8.0;
   // Retransmission timeout bounds.
   std::chrono::microseconds min_rto{4000};

@@ -45,6 +45,7 @@ class Context : public ::gloo::transport::Context,
     bounded_->Send(peer, op, src, nbytes);
   }
   void Detach(uint64_t op) override { bounded_->Detach(op); }
+  void Release(uint64_t op) override { bounded_->Release(op); }
   size_t PacketPayload() const override { return bounded_->PacketPayload(); }
   BoundedReceiverCounters bounded_counters() const { return bounded_->counters(); }
 

@@ -168,6 +168,7 @@ struct Engine::Impl {
     max_payload = io->MaxDatagram() - kHeaderBytes;
     bounded_payload = static_cast<uint32_t>(
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
+    tx_bounce.resize(kBurst * static_cast<size_t>(bounded_payload));
   }
 
   std::unique_ptr<PacketIo> io;
@@ -195,6 +196,7 @@ struct Engine::Impl {
   RxDatagram rx[kBurst];
   // Bounded service pacing: a token bucket of bytes (no acks clock it).
   uint32_t bounded_payload = 0;
+  std::vector<uint8_t> tx_bounce;  // kBurst payload copies of bounded packets
   double bounded_tokens = 0;
   Clock::time_point bounded_refill{};
 
@@ -477,43 +479,54 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
       return;
     }
     BoundedJob& j = p.bounded_queue.front();
-    bool emptied = false;
-    const bool alive = c.bounded.read_source &&
-        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t size) {
-          // The source is valid only inside this call: emit and flush here.
-          while (budget > 0 && (rate <= 0 || bounded_tokens > 0) &&
-                 j.range < j.ranges.size()) {
-            auto& r = j.ranges[j.range];
-            const uint64_t end = std::min<uint64_t>(r.second, size);
-            if (j.next < r.first) j.next = r.first;
-            if (j.next >= end) {
-              ++j.range;
-              continue;
-            }
-            const uint64_t len = std::min<uint64_t>(bounded_payload, end - j.next);
-            WireHeader h;
-            FillHeader(c, p, &h);
-            h.type = static_cast<uint8_t>(PacketType::kData);
-            h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0);
-            h.message_id = j.op;
-            h.offset = j.next;
-            h.total_length = size;
-            h.payload_length = static_cast<uint32_t>(len);
-            Emit(p, h, src + j.next, static_cast<uint32_t>(len));
-            Bump(stats.bounded_tx_packets);
-            j.next += len;
-            bounded_tokens -= static_cast<double>(len + kHeaderBytes);
-            --budget;
-          }
-          Flush();
-          emptied = j.range >= j.ranges.size();
-        });
-    if (!alive || emptied) {
-      p.bounded_queue.pop_front();
-    } else {
-      break;  // out of budget or tokens: continue next iteration
+    // Skip finished ranges.
+    while (j.range < j.ranges.size() && j.next >= j.ranges[j.range].second) {
+      ++j.range;
+      if (j.range < j.ranges.size()) j.next = j.ranges[j.range].first;
     }
+    if (j.range >= j.ranges.size()) {
+      p.bounded_queue.pop_front();
+      continue;
+    }
+    if (j.next < j.ranges[j.range].first) j.next = j.ranges[j.range].first;
+    // Copy one packet's payload into a bounce slot while the source is guaranteed
+    // valid (the sources lock is held only for that copy, so a caller detaching or
+    // releasing its memory never waits behind a whole burst), then emit it.
+    if (tx_n == kBurst) Flush();
+    uint8_t* bounce = tx_bounce.data() + tx_n * static_cast<size_t>(bounded_payload);
+    uint64_t len = 0, size = 0;
+    const int access = !c.bounded.read_source ? 0 :
+        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n) {
+          size = n;
+          const uint64_t end = std::min<uint64_t>(j.ranges[j.range].second, n);
+          if (j.next >= end) return;
+          len = std::min<uint64_t>(bounded_payload, end - j.next);
+          std::memcpy(bounce, src + j.next, len);
+        });
+    if (access < 0) break;  // the owner is detaching its sources: next iteration
+    if (access == 0) {
+      p.bounded_queue.pop_front();
+      continue;
+    }
+    if (len == 0) {  // range past the source's end
+      j.next = j.ranges[j.range].second;
+      continue;
+    }
+    WireHeader h;
+    FillHeader(c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kData);
+    h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0);
+    h.message_id = j.op;
+    h.offset = j.next;
+    h.total_length = size;
+    h.payload_length = static_cast<uint32_t>(len);
+    Emit(p, h, bounce, static_cast<uint32_t>(len));
+    Bump(stats.bounded_tx_packets);
+    j.next += len;
+    bounded_tokens -= static_cast<double>(len + kHeaderBytes);
+    --budget;
   }
+  Flush();
   if (!p.bounded_queue.empty() && now + opts.spin < *deadline) *deadline = now;
 }
 

@@ -40,9 +40,10 @@ struct BoundedHooks {
                      size_t len, bool last)>
       on_data;
   // Calls fn(bytes, size) with the source of `op` sent to `peer` while it is
-  // valid; returns false once it is gone.
-  std::function<bool(uint64_t op, int peer,
-                     const std::function<void(const char*, size_t)>& fn)>
+  // valid; returns 1 when it did, 0 once the source is gone, -1 when the source
+  // is busy right now (try again later; never blocks the progress thread).
+  std::function<int(uint64_t op, int peer,
+                    const std::function<void(const char*, size_t)>& fn)>
       read_source;
 };
 

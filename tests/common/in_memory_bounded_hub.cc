@@ -31,6 +31,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   }
 
   void Detach(uint64_t op) override { sources_.Detach(op); }
+  void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override { return payload_; }
 
   // A peer asks for `missing` ranges of what this rank sent it as `op`.

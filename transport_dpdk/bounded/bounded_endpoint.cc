@@ -14,7 +14,12 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
   };
   hooks.read_source = [this](uint64_t op, int peer,
                              const std::function<void(const char*, size_t)>& fn) {
-    return sources_.With(op, peer, fn);
+    switch (sources_.TryWith(op, peer, fn)) {
+      case BoundedSources::Access::kDone: return 1;
+      case BoundedSources::Access::kGone: return 0;
+      case BoundedSources::Access::kBusy: return -1;
+    }
+    return 0;
   };
   engine_->SetBoundedHooks(ctx_, std::move(hooks));
 }

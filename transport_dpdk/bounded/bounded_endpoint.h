@@ -26,6 +26,7 @@ class BoundedEndpoint : public BoundedChannel {
                                               std::vector<BoundedRegion> regions) override;
   void Send(int peer, uint64_t op, const void* src, size_t nbytes) override;
   void Detach(uint64_t op) override;
+  void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override;
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }

@@ -130,9 +130,16 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
     counters_.out_of_bounds_packets++;
     return;
   }
+  // Waiters only care when a region completes or its last packets show up (the quiet
+  // period they time themselves): waking them for every packet would cost a context
+  // switch per datagram.
+  bool wake = last && !region->last_seen;
   if (last) region->last_seen = true;
   posted.last_arrival = Clock::now();
-  if (len == 0) return;
+  if (len == 0) {
+    if (wake) cv_.notify_all();
+    return;
+  }
   std::memcpy(static_cast<char*>(region->spec.dst) + offset, data, len);
   counters_.applied_packets++;
   // Merge [offset, offset + len) into the arrived set, counting only new bytes.
@@ -155,7 +162,8 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   region->bytes += len - overlap;
   counters_.duplicate_bytes += overlap;
   posted.progress++;
-  cv_.notify_all();
+  if (region->bytes == region->spec.nbytes) wake = true;
+  if (wake) cv_.notify_all();
 }
 
 void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
@@ -221,26 +229,90 @@ void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nby
 }
 
 void BoundedSources::Detach(uint64_t op) {
+  // The caller still owns the sources while it detaches, so the copies are made without
+  // the lock: the progress thread keeps sending from the originals meanwhile, and only
+  // the pointer swap below waits for it.
+  std::vector<std::pair<const char*, size_t>> originals;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sources_.find(op);
+    if (it == sources_.end()) return;
+    for (const auto& [peer, source] : it->second) {
+      if (source.owned) continue;
+      bool seen = false;  // phase 2 sends one shard to every peer: copy it once
+      for (const auto& o : originals) seen = seen || (o.first == source.src && o.second == source.nbytes);
+      if (!seen) originals.emplace_back(source.src, source.nbytes);
+    }
+  }
+  std::vector<std::shared_ptr<std::vector<char>>> copies;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (size_t i = 0; i < originals.size(); i++) {
+      if (spare_.empty()) break;
+      copies.push_back(std::move(spare_.back()));
+      spare_.pop_back();
+    }
+  }
+  while (copies.size() < originals.size()) copies.push_back(std::make_shared<std::vector<char>>());
+  for (size_t i = 0; i < originals.size(); i++) {
+    copies[i]->assign(originals[i].first, originals[i].first + originals[i].second);
+  }
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sources_.find(op);
   if (it == sources_.end()) return;
   for (auto& [peer, source] : it->second) {
     if (source.owned) continue;
-    source.owned = std::make_shared<std::vector<char>>(source.src, source.src + source.nbytes);
-    source.src = source.owned->data();
-    detached_bytes_ += source.nbytes;
+    for (size_t i = 0; i < originals.size(); i++) {
+      if (originals[i].first == source.src && originals[i].second == source.nbytes) {
+        source.owned = copies[i];
+        source.src = copies[i]->data();
+      }
+    }
   }
+  for (const auto& [src, nbytes] : originals) detached_bytes_ += nbytes;
   detached_order_.push_back(op);
   while (detached_bytes_ > budget_ && !detached_order_.empty()) {
     const uint64_t victim = detached_order_.front();
     detached_order_.pop_front();
     auto v = sources_.find(victim);
     if (v == sources_.end()) continue;
+    std::vector<std::shared_ptr<std::vector<char>>> owned;
     for (auto& [peer, source] : v->second) {
-      if (source.owned) detached_bytes_ -= source.nbytes;
+      if (!source.owned) continue;
+      if (std::find(owned.begin(), owned.end(), source.owned) != owned.end()) continue;
+      owned.push_back(source.owned);
+      detached_bytes_ -= source.nbytes;
     }
     sources_.erase(v);
+    for (auto& o : owned) {
+      if (o.use_count() == 1 && spare_.size() < 8) spare_.push_back(std::move(o));
+    }
   }
+}
+
+void BoundedSources::Release(uint64_t op) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = sources_.find(op);
+  if (it == sources_.end()) return;
+  for (const auto& [peer, source] : it->second) {
+    if (source.owned) detached_bytes_ -= source.nbytes;  // one owner per entry here
+  }
+  sources_.erase(it);
+}
+
+BoundedSources::Access BoundedSources::TryWith(
+    uint64_t op, int peer, const std::function<void(const char*, size_t)>& fn) const {
+  std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return Access::kBusy;
+  auto it = sources_.find(op);
+  if (it == sources_.end()) return Access::kGone;
+  for (const auto& [p, source] : it->second) {
+    if (p == peer) {
+      fn(source.src, source.nbytes);
+      return Access::kDone;
+    }
+  }
+  return Access::kGone;
 }
 
 bool BoundedSources::With(uint64_t op, int peer,

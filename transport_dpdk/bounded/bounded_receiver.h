@@ -100,12 +100,18 @@ class BoundedReceiver {
 // a byte budget (the oldest detached operations are forgotten first).
 class BoundedSources {
  public:
-  explicit BoundedSources(size_t detached_budget_bytes = 128 << 20)
+  explicit BoundedSources(size_t detached_budget_bytes = 64 << 20)
       : budget_(detached_budget_bytes) {}
   void Register(uint64_t op, int peer, const void* src, size_t nbytes);
   void Detach(uint64_t op);
+  void Release(uint64_t op);
   // Calls fn(src, nbytes) while the source is guaranteed valid; false if it is gone.
   bool With(uint64_t op, int peer, const std::function<void(const char*, size_t)>& fn) const;
+  // Like With, but never waits: kBusy when another thread holds the sources (the
+  // progress thread then tries again next iteration instead of starving a Detach).
+  enum class Access { kDone, kGone, kBusy };
+  Access TryWith(uint64_t op, int peer,
+                 const std::function<void(const char*, size_t)>& fn) const;
 
  private:
   struct Source {
@@ -118,6 +124,9 @@ class BoundedSources {
   absl::flat_hash_map<uint64_t, std::vector<std::pair<int, Source>>> sources_;
   std::deque<uint64_t> detached_order_;
   size_t detached_bytes_ = 0;
+  // Copies of forgotten operations, reused so that steady-state Detach neither allocates
+  // nor page-faults (a fresh multi-MiB copy per allreduce costs more than the copy).
+  std::vector<std::shared_ptr<std::vector<char>>> spare_;
 };
 
 }  // namespace transport
