@@ -52,8 +52,9 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
   b.capped = bound >= options.hard_cap.count();
   bound = std::min<int64_t>(bound, options.hard_cap.count());
   b.bound = std::chrono::microseconds(bound);
-  b.quiet = std::chrono::microseconds(
-      std::max<int64_t>(100, static_cast<int64_t>(bound * options.early_quiet_fraction)));
+  b.quiet = std::chrono::microseconds(std::min<int64_t>(
+      options.max_quiet.count(),
+      std::max<int64_t>(100, static_cast<int64_t>(bound * options.early_quiet_fraction))));
   b.repair_budget =
       std::chrono::microseconds(static_cast<int64_t>(bound * options.repair_budget_fraction));
   return b;

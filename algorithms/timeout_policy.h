@@ -5,7 +5,8 @@
 // start-up calibration). Later bounded operations keep updating a moving history, so the
 // bound follows the network. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Each
 // phase of TAR gets half of the bound; the early timeout fires once every peer's last
-// packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound.
+// packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound
+// (at most `max_quiet`).
 #pragma once
 
 #include <chrono>
@@ -23,6 +24,9 @@ struct TimeoutOptions {
   double margin = 1.25;
   size_t history = 64;
   double early_quiet_fraction = 0.1;
+  // Once every peer's last packets are in, only reordered stragglers of the same burst are
+  // still to come: they take microseconds on a LAN, so the quiet period is capped.
+  std::chrono::microseconds max_quiet{5000};
   std::chrono::microseconds min_bound{2000};
   std::chrono::microseconds hard_cap{std::chrono::seconds(5)};
   // Extra time (as a fraction of the bound) to repair an operation above the loss limit.

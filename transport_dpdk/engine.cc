@@ -1324,9 +1324,10 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   j.op = op;
   j.total = total;
   j.ranges.emplace_back(0, total);
-  // The last 1% of the packets (at least one) carry kFlagLast.
+  // The last 1% of the packets (at least four, so that one lost packet does not turn
+  // the early timeout into a deadline) carry kFlagLast.
   const uint64_t packets = (total + impl_->bounded_payload - 1) / impl_->bounded_payload;
-  const uint64_t flagged = std::max<uint64_t>(1, packets / 100);
+  const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
   j.last_from = packets > flagged ? (packets - flagged) * impl_->bounded_payload : 0;
   p.bounded_queue.push_back(std::move(j));
   impl_->Kick(*c, p);

@@ -155,6 +155,7 @@ TEST(BoundedTranspose, LossIsBoundedMeasuredAndSmall) {
       o.calibration_ops = 2;
       o.min_bound = std::chrono::seconds(2);
       o.hard_cap = std::chrono::seconds(4);
+      o.max_quiet = std::chrono::milliseconds(200);
       auto policy = std::make_shared<TimeoutPolicy>(o);
       double loss_sum = 0;
       int bounded = 0;
