@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdint>
+#include <cstring>
 #include <fstream>
 #include <random>
 #include <string>
