@@ -2,9 +2,10 @@
 // the gtest binaries (fork + exec). Exit code 0 = success; anything else is
 // a failure described on stderr.
 //
-//   transport_worker --mode=conformance|kill|forged --rank=R --size=N
+//   transport_worker --mode=conformance|kill|forged|isolation --rank=R --size=N
 //                    --store=DIR [--cases=a,b] [--sizes=0,1,1024]
 //                    [--faults=SPEC] [--timeout_ms=T] [--info=DIR]
+//                    [--seed=S] [--role=attacked|bystander]   (isolation)
 #include <gloo/allreduce.h>
 #include <gloo/common/error.h>
 #include <gloo/math.h>
@@ -44,23 +45,50 @@ void SumFn(void* c, const void* a, const void* b, size_t n) {
   gloo::sum<int32_t>(c, a, b, n);
 }
 
-// Allreduce of n int32 with exact check; returns "" on success.
-std::string CheckedAllreduce(const std::shared_ptr<gloo::Context>& ctx, size_t n) {
-  std::vector<int32_t> v(n);
-  for (size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>((ctx->rank + 1) * (i % 101));
+// Allreduce of n int32 with exact check; returns "" on success. `seed` makes
+// the data of concurrent jobs differ. When `flag` is given, one extra element
+// carries *flag from every rank and returns the sum in *flag (so all ranks
+// agree on when to stop a loop).
+std::string CheckedAllreduce(const std::shared_ptr<gloo::Context>& ctx, size_t n,
+                             int seed = 0, int32_t* flag = nullptr) {
+  std::vector<int32_t> v(n + (flag ? 1 : 0));
+  for (size_t i = 0; i < n; ++i) {
+    v[i] = static_cast<int32_t>((ctx->rank + 1) * ((i + seed) % 101));
+  }
+  if (flag) v[n] = *flag;
   gloo::AllreduceOptions o(ctx);
-  o.setOutput(v.data(), n);
+  o.setOutput(v.data(), v.size());
   o.setReduceFunction(&SumFn);
   gloo::allreduce(o);
   const int N = ctx->size;
   for (size_t i = 0; i < n; ++i) {
-    const int32_t want = static_cast<int32_t>((i % 101) * N * (N + 1) / 2);
+    const int32_t want = static_cast<int32_t>(((i + seed) % 101) * N * (N + 1) / 2);
     if (v[i] != want) {
       return "allreduce element " + std::to_string(i) + " = " + std::to_string(v[i]) +
              ", expected " + std::to_string(want);
     }
   }
+  if (flag) *flag = v[n];
   return "";
+}
+
+// Publishes what a forger needs to reach this rank: UDP port, context id and
+// the job's session token (as seen on the pair to `peer`).
+void PublishTarget(const std::shared_ptr<gloo::Context>& ctx, int peer,
+                   const std::string& info_dir) {
+  auto& pair = ctx->getPair(peer);
+  auto addr = optireduce::transport::Address::FromBytes(pair->address().bytes());
+  uint16_t port_be;
+  std::memcpy(&port_be, &addr->io()[2], 2);
+  std::ofstream(info_dir + "/target.tmp")
+      << ntohs(port_be) << " " << addr->context_id() << " " << addr->token() << "\n";
+  rename((info_dir + "/target.tmp").c_str(), (info_dir + "/target").c_str());
+}
+
+uint64_t MalformedTotal(const optireduce::transport::Stats& s) {
+  uint64_t n = 0;
+  for (uint64_t m : s.malformed) n += m;
+  return n;
 }
 
 bool WaitForFile(const std::string& path, std::chrono::milliseconds limit) {
@@ -150,13 +178,7 @@ int main(int argc, char** argv) {
       const auto before = (*device)->stats();
       if (rank == 0) {
         // Publish what a forger needs: our UDP port, context id and token.
-        auto& pair = ctx->getPair(1);
-        auto addr = optireduce::transport::Address::FromBytes(pair->address().bytes());
-        uint16_t port_be;
-        std::memcpy(&port_be, &addr->io()[2], 2);
-        std::ofstream(args["info"] + "/target.tmp")
-            << ntohs(port_be) << " " << addr->context_id() << " " << addr->token() << "\n";
-        rename((args["info"] + "/target.tmp").c_str(), (args["info"] + "/target").c_str());
+        PublishTarget(ctx, 1, args["info"]);
       }
       if (!WaitForFile(args["info"] + "/forged", std::chrono::seconds(30))) {
         fprintf(stderr, "rank %d: forger never finished\n", rank);
@@ -192,6 +214,70 @@ int main(int argc, char** argv) {
         }
         printf("rank 0 stats: %s\n", after.ToString().c_str());
       }
+      return 0;
+    }
+    if (mode == "isolation") {
+      // One job among several on this host. Allreduce (exactly) until the test
+      // says the attack on the "attacked" job is over, then check rank 0's drop
+      // counters: the attacked job counted every kind of bad packet, a
+      // bystander job saw none of them.
+      const int seed = args.count("seed") ? std::stoi(args["seed"]) : 0;
+      const std::string role = args["role"];
+      const size_t n = 1 << 16;
+      std::string err = CheckedAllreduce(ctx, n, seed);
+      const auto before = (*device)->stats();
+      for (int i = 0; i < 2 && err.empty(); ++i) err = CheckedAllreduce(ctx, n, seed);
+      if (!err.empty()) {
+        fprintf(stderr, "rank %d before the attack: %s\n", rank, err.c_str());
+        return 1;
+      }
+      if (rank == 0) PublishTarget(ctx, 1, args["info"]);
+      const auto give_up = Clock::now() + std::chrono::seconds(45);
+      int iterations = 0;
+      for (int32_t done = 0; done == 0; ++iterations) {
+        done = rank == 0 && (access((args["info"] + "/done").c_str(), F_OK) == 0 ||
+                             Clock::now() > give_up);
+        err = CheckedAllreduce(ctx, n, seed, &done);
+        if (!err.empty()) {
+          fprintf(stderr, "rank %d during the attack (iteration %d): %s\n", rank,
+                  iterations, err.c_str());
+          return 1;
+        }
+      }
+      for (int i = 0; i < 3 && err.empty(); ++i) err = CheckedAllreduce(ctx, n, seed);
+      if (!err.empty()) {
+        fprintf(stderr, "rank %d after the attack: %s\n", rank, err.c_str());
+        return 1;
+      }
+      if (rank != 0) return 0;
+      const auto after = (*device)->stats();
+      struct { const char* name; uint64_t b, a; } checks[] = {
+          {"malformed", MalformedTotal(before), MalformedTotal(after)},
+          {"bad_token", before.bad_token, after.bad_token},
+          {"bad_context", before.bad_context, after.bad_context},
+          {"bad_rank", before.bad_rank, after.bad_rank},
+          {"duplicates", before.duplicates, after.duplicates},
+      };
+      for (auto& c : checks) {
+        // A bystander's duplicates may grow from its own retransmissions.
+        const bool grew = c.a > c.b;
+        if (role == "attacked" && !grew) {
+          fprintf(stderr, "rank 0: counter %s did not increase (%lu -> %lu): %s\n", c.name,
+                  (unsigned long)c.b, (unsigned long)c.a, after.ToString().c_str());
+          return 1;
+        }
+        if (role == "bystander" && grew && std::string(c.name) != "duplicates") {
+          fprintf(stderr, "rank 0: bystander counted %s drops (%lu -> %lu): %s\n", c.name,
+                  (unsigned long)c.b, (unsigned long)c.a, after.ToString().c_str());
+          return 1;
+        }
+      }
+      if (access((args["info"] + "/done").c_str(), F_OK) != 0) {
+        fprintf(stderr, "rank 0: the test never finished its attack\n");
+        return 1;
+      }
+      printf("rank 0 (%s, %d iterations during the attack) stats: %s\n", role.c_str(),
+             iterations, after.ToString().c_str());
       return 0;
     }
     fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
