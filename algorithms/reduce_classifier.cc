@@ -2,7 +2,8 @@
 
 #include <cstring>
 #include <mutex>
-#include <unordered_map>
+#include <map>
+#include <utility>
 
 namespace optireduce {
 namespace {
@@ -35,18 +36,18 @@ ReduceOp ProbeAs(const ReduceFunc& fn) {
 }
 
 ReduceKind ClassifyUncached(const ReduceFunc& fn, size_t element_size) {
-  // Floating-point candidates first: an integer function applied to float bits would not
-  // produce float sums, while the reverse (float function on integer bits) cannot match
-  // integer results either, so the order only matters for speed.
+  // Integer candidates first: a float function applied to integer bit patterns is
+  // well-defined (denormals, NaNs) and cannot reproduce the integer results, while an
+  // integer function applied to float bit patterns could overflow (undefined behaviour).
   struct Candidate {
     DataType type;
     ReduceOp (*probe)(const ReduceFunc&);
   };
-  static const Candidate k8[] = {{DataType::kFloat64, &ProbeAs<double>},
-                                 {DataType::kInt64, &ProbeAs<int64_t>},
-                                 {DataType::kUInt64, &ProbeAs<uint64_t>}};
-  static const Candidate k4[] = {{DataType::kFloat32, &ProbeAs<float>},
-                                 {DataType::kInt32, &ProbeAs<int32_t>}};
+  static const Candidate k8[] = {{DataType::kInt64, &ProbeAs<int64_t>},
+                                 {DataType::kUInt64, &ProbeAs<uint64_t>},
+                                 {DataType::kFloat64, &ProbeAs<double>}};
+  static const Candidate k4[] = {{DataType::kInt32, &ProbeAs<int32_t>},
+                                 {DataType::kFloat32, &ProbeAs<float>}};
   static const Candidate k1[] = {{DataType::kInt8, &ProbeAs<int8_t>},
                                  {DataType::kUInt8, &ProbeAs<uint8_t>}};
   const Candidate* begin = nullptr;
@@ -78,15 +79,18 @@ ReduceKind ClassifyReduce(const ReduceFunc& fn, size_t element_size) {
     return ClassifyUncached(fn, element_size);
   }
   static std::mutex mu;
-  static std::unordered_map<RawFunc, ReduceKind>* cache = new std::unordered_map<RawFunc, ReduceKind>();
+  // Keyed by function and element size: the same function named with another size is
+  // another question.
+  static auto* cache = new std::map<std::pair<RawFunc, size_t>, ReduceKind>();
+  const auto key = std::make_pair(*raw, element_size);
   {
     std::lock_guard<std::mutex> lock(mu);
-    auto it = cache->find(*raw);
+    auto it = cache->find(key);
     if (it != cache->end()) return it->second;
   }
   ReduceKind kind = ClassifyUncached(fn, element_size);
   std::lock_guard<std::mutex> lock(mu);
-  (*cache)[*raw] = kind;
+  (*cache)[key] = kind;
   return kind;
 }
 
