@@ -1369,6 +1369,15 @@ absl::Status Engine::RequestRepair(
 
 uint32_t Engine::BoundedPayload() const { return impl_->bounded_payload; }
 
+size_t Engine::BoundedPending(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return 0;
+  size_t n = 0;
+  for (const Peer& p : c->peers) n += p.bounded_queue.size();
+  return n;
+}
+
 Stats Engine::GetStats() const { return impl_->stats.Snapshot(); }
 
 std::string Engine::DebugState(uint32_t ctx) const {

@@ -98,6 +98,8 @@ class Engine {
   absl::Status RequestRepair(uint32_t ctx, int dst, uint64_t op,
                              const std::vector<std::pair<uint64_t, uint64_t>>& missing);
   uint32_t BoundedPayload() const;
+  // Bounded packets still queued for sending in this context.
+  size_t BoundedPending(uint32_t ctx) const;
 
   Stats GetStats() const;
   // Per-peer protocol state of one context, for diagnostics (timeouts).

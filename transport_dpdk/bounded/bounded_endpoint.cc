@@ -1,5 +1,8 @@
 #include "transport_dpdk/bounded/bounded_endpoint.h"
 
+#include <chrono>
+#include <thread>
+
 #include <gloo/common/error.h>
 
 namespace optireduce {
@@ -25,6 +28,12 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
 }
 
 BoundedEndpoint::~BoundedEndpoint() {
+  // A rank that returns from its last allreduce and tears the group down right away
+  // still has paced packets queued for its peers: let them go out (bounded wait).
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (engine_->BoundedPending(ctx_) > 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
   // After this returns the engine calls neither hook (it takes the engine lock).
   engine_->SetBoundedHooks(ctx_, BoundedHooks());
 }
