@@ -116,22 +116,25 @@ struct Job {
   OpStats* stats_out;
 };
 
-void Wait(bool ok, const char* what, int peer, uint32_t tag) {
-  if (!ok) {
-    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
-                            " rank ", peer);
-  }
-}
-
-// Annotates a transport error with where in TAR it happened.
-template <typename Fn>
-void WithContext(const char* what, int peer, uint32_t tag, Fn fn) {
+// Waits for one completion on `buf` (a receive or a send) within the deadline; a timeout,
+// an abort or a transport error becomes one gloo::IoException saying where TAR was.
+// Returns the peer the transport reports.
+int WaitOne(gloo::transport::UnboundBuffer& buf, bool recv, const char* what, int peer,
+            uint32_t tag, const Deadline& deadline) {
+  int rank = peer;
+  bool ok = false;
   try {
-    fn();
+    const auto left = deadline.Remaining(what, peer);
+    ok = recv ? buf.waitRecv(&rank, left) : buf.waitSend(&rank, left);
   } catch (const gloo::IoException& e) {
     throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ",
                                          what, " rank ", peer, ": ", e.what()));
   }
+  if (!ok) {
+    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
+                            " rank ", peer);
+  }
+  return rank;
 }
 
 void Validate(const Impl& g) {
@@ -215,19 +218,13 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
   char* mine = data + my_begin * esz;
   if (my_count > 0) {
     for (int step = 1; step < n; step++) {
-      const int peer = plan.RecvPeer(rank, step);
-      WithContext("receiving phase-1 data from", peer, g.tag, [&] {
-        Wait(from_peer[step - 1]->waitRecv(nullptr, deadline.Remaining("receiving phase-1 data from", peer)),
-             "receiving phase-1 data from", peer, g.tag);
-      });
+      WaitOne(*from_peer[step - 1], /*recv=*/true, "receiving phase-1 data from",
+              plan.RecvPeer(rank, step), g.tag, deadline);
       g.reduce(mine, mine, scratch + (step - 1) * round_len * esz, my_count);
     }
   }
   for (int i = 0; i < sends; i++) {
-    WithContext("sending phase-1 data to", -1, g.tag, [&] {
-      Wait(send_buf.waitSend(nullptr, deadline.Remaining("sending phase-1 data to", -1)),
-           "sending phase-1 data to", -1, g.tag);
-    });
+    WaitOne(send_buf, /*recv=*/false, "sending phase-1 data to", -1, g.tag, deadline);
   }
 
   // Phase 2: owners send their reduced shard to everyone; receive every other shard in place.
@@ -248,17 +245,10 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
     }
   }
   for (int i = 0; i < recvs; i++) {
-    int peer = -1;
-    WithContext("receiving phase-2 data from", peer, g.tag, [&] {
-      Wait(recv_buf.waitRecv(&peer, deadline.Remaining("receiving phase-2 data from", -1)),
-           "receiving phase-2 data from", peer, g.tag);
-    });
+    WaitOne(recv_buf, /*recv=*/true, "receiving phase-2 data from", -1, g.tag, deadline);
   }
   for (int i = 0; i < sends; i++) {
-    WithContext("sending phase-2 data to", -1, g.tag, [&] {
-      Wait(send_buf.waitSend(nullptr, deadline.Remaining("sending phase-2 data to", -1)),
-           "sending phase-2 data to", -1, g.tag);
-    });
+    WaitOne(send_buf, /*recv=*/false, "sending phase-2 data to", -1, g.tag, deadline);
   }
 }
 
@@ -291,15 +281,11 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
     recv_buf->recv(peer, slot, peer * sizeof(mine), sizeof(mine));
     send_buf->send(peer, slot, 0, sizeof(mine));
   }
-  for (int i = 0; i < 2 * (n - 1); i++) {
-    int peer = -1;
-    const bool recv = i < n - 1;
-    const char* what = recv ? "exchanging operation sizes with" : "sending operation sizes to";
-    WithContext(what, peer, g.tag, [&] {
-      const auto left = deadline.Remaining(what, -1);
-      Wait(recv ? recv_buf->waitRecv(&peer, left) : send_buf->waitSend(&peer, left), what,
-           peer, g.tag);
-    });
+  for (int i = 0; i < n - 1; i++) {
+    WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+  }
+  for (int i = 0; i < n - 1; i++) {
+    WaitOne(*send_buf, /*recv=*/false, "sending operation sizes to", -1, g.tag, deadline);
   }
   for (int peer = 0; peer < n; peer++) {
     if (peer == ctx.rank) continue;

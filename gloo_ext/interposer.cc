@@ -142,15 +142,18 @@ bool TryOptiReduce(const ::gloo::AllreduceOptions& opts) {
   if (config.algo == Algo::kTranspose) {
     c.tar_calls.fetch_add(1, std::memory_order_relaxed);
     c.bytes_tar.fetch_add(bytes, std::memory_order_relaxed);
-    const auto hadamard = config.hadamard == HadamardSetting::kOn
-                              ? AllreduceOptions::Hadamard::kAuto
-                              : AllreduceOptions::Hadamard::kOff;
-    CountingErrors([&] { optireduce::allreduce(opts, hadamard); });
+    // The classification above is passed on, so the algorithm does not probe again.
+    AllreduceOptions extras(g.context);
+    extras.setDataType(kind.type);
+    extras.setReduceOp(kind.op);
+    extras.setHadamard(config.hadamard == HadamardSetting::kOn ? AllreduceOptions::Hadamard::kAuto
+                                                               : AllreduceOptions::Hadamard::kOff);
+    CountingErrors([&] { optireduce::allreduce(opts, extras); });
     return true;
   }
   c.optireduce_calls.fetch_add(1, std::memory_order_relaxed);
   c.bytes_optireduce.fetch_add(bytes, std::memory_order_relaxed);
-  CountingErrors([&] { RunOptiReduce(opts); });
+  CountingErrors([&] { RunOptiReduce(opts, kind); });
   return true;
 }
 

@@ -13,7 +13,7 @@
 namespace optireduce {
 namespace gloo_ext {
 
-void RunOptiReduce(const ::gloo::AllreduceOptions& opts) {
+void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind) {
   const Config& config = GetConfigOrThrow();
   static std::once_flag once;
   std::call_once(once, [&config] {
@@ -26,6 +26,8 @@ void RunOptiReduce(const ::gloo::AllreduceOptions& opts) {
     }
   });
   AllreduceOptions extras(GlooOptionsOf(opts).context);
+  extras.setDataType(kind.type);
+  extras.setReduceOp(kind.op);
   extras.setMode(AllreduceOptions::Mode::kBounded);
   extras.setHadamard(config.hadamard == HadamardSetting::kOff ? AllreduceOptions::Hadamard::kOff
                                                               : AllreduceOptions::Hadamard::kAuto);

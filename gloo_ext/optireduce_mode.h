@@ -10,12 +10,14 @@
 
 #include <gloo/allreduce.h>
 
+#include "algorithms/reduce_classifier.h"
+
 namespace optireduce {
 namespace gloo_ext {
 
-// Called by the interposer only for data types and ops TAR supports (classified).
-// Throws like gloo::allreduce (gloo::EnforceNotMet, gloo::IoException).
-void RunOptiReduce(const ::gloo::AllreduceOptions& opts);
+// Called by the interposer only for data types and ops TAR supports, with the kind it
+// classified. Throws like gloo::allreduce (gloo::EnforceNotMet, gloo::IoException).
+void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind);
 
 // Per-operation statistics of the bounded mode as a JSON object ("{}" when none yet);
 // returned by the Python package's optireduce.stats()["optireduce"].
