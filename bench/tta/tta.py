@@ -232,6 +232,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
         cum = (stats.get("optireduce") or {}).get("cumulative") or {}
         if cum.get("bytes_expected"):
             summary["received_fraction"] = round(cum["bytes_received"] / cum["bytes_expected"], 5)
+        for k in BOUNDED_COUNTERS:
+            if k in cum:
+                summary[k] = cum[k]
     return curve, summary
 
 
@@ -239,6 +242,10 @@ SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "tar
                   "time_to_target_s", "step_to_target", "final_accuracy", "final_accuracy_min",
                   "final_accuracy_max", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
                   "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction"]
+# OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
+BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
+                    "repaired_ops", "damaged_ops"]
+SUMMARY_FIELDS += BOUNDED_COUNTERS
 
 
 def print_table(summaries, target):
