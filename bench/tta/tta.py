@@ -20,7 +20,8 @@ step, accuracy), tta_summary.csv, tta.png (accuracy vs wall-clock, one panel per
 
   tta.py                                  # the default run (~5-10 min on 2 cores)
   tta.py --quick --out /tmp/tta           # a small run (tests)
-  tta.py calibrate --dists none,exp:20,exp:60 --epochs 2   # Gloo ring p99/p50 per DIST
+  tta.py calibrate --dists none,exp:15,exp:60 --epochs 4   # Gloo ring p99/p50 per DIST
+  tta.py --lab                            # ranks in bench/lab namespaces (root)
 """
 
 import argparse
@@ -39,6 +40,9 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 import dists  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "lab"))
+import cloudlab  # noqa: E402
+
 PYTHON = "/usr/bin/python3"
 WORKER = os.path.join(HERE, "tta_worker.py")
 CONFIGS = {
@@ -48,7 +52,7 @@ CONFIGS = {
 }
 # Calibrated on this 2-core machine (README "Time to accuracy"): Gloo ring's per-step sync
 # time p99/p50 is ~1.5 under 'moderate' and ~3 under 'tail3'.
-DEFAULT_ENVS = ["moderate:exp:8", "tail3:exp:45@0.01"]
+DEFAULT_ENVS = ["moderate:exp:15", "tail3:exp:60@0.01"]
 
 
 class UsageError(Exception):
@@ -110,18 +114,29 @@ def rank_env(config, loss, lib, seed):
 class Job:
     """`world` worker processes; kills and reaps all of them on close()."""
 
-    def __init__(self, world, env, settings, workdir):
+    def __init__(self, world, env, settings, workdir, lab=None):
         self.procs, self.logs = [], []
         self.outs = [os.path.join(workdir, "out%d.json" % r) for r in range(world)]
         init = "file://" + os.path.join(workdir, "store")
         for r in range(world):
             log = open(os.path.join(workdir, "log%d.txt" % r), "w+")
             self.logs.append(log)
-            self.procs.append(subprocess.Popen(
-                [PYTHON, WORKER, str(r), str(world), init, self.outs[r],
-                 "--settings", json.dumps(settings)],
-                env=env, stdout=subprocess.PIPE if r == 0 else log,
-                stderr=log, text=True, start_new_session=True))
+            cmd = [PYTHON, WORKER, str(r), str(world), init, self.outs[r],
+                   "--settings", json.dumps(settings)]
+            out = subprocess.PIPE if r == 0 else log
+            if lab is None:
+                self.procs.append(subprocess.Popen(cmd, env=env, stdout=out, stderr=log, text=True,
+                                                   start_new_session=True))
+            else:
+                # `ip netns exec` keeps the caller's environment: pass the rank's through env(1).
+                # Gloo (TCP) and the UDP device both use the namespace's eth0.
+                rank_vars = dict(env, GLOO_SOCKET_IFNAME="eth0")
+                cmd = ["env", "-i"] + ["%s=%s" % kv for kv in sorted(rank_vars.items())] + cmd
+                p = lab.spawn(r, cmd, stdout=out, stderr=log)
+                self.procs.append(p)
+        if lab is not None and self.procs[0].stdout is not None:
+            import io
+            self.procs[0].stdout = io.TextIOWrapper(self.procs[0].stdout)
 
     def kill(self):
         for p in self.procs:
@@ -170,8 +185,19 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     }
     workdir = tempfile.mkdtemp(prefix="optireduce-tta-")
     job = None
+    lab = None
     try:
-        job = Job(args.ranks, rank_env(config, loss, lib, args.seed), settings, workdir)
+        if args.lab:
+            # A fresh lab per job (as lab.py experiment does); the loss is real packet loss
+            # on every rank's incoming link (tc eBPF), so it hits every configuration.
+            lab = cloudlab.Lab(args.ranks)
+            for r in range(args.ranks):
+                if loss > 0:
+                    lab.set_drop(r, loss, "in")
+            env = rank_env(config, 0.0, lib, args.seed)
+        else:
+            env = rank_env(config, loss, lib, args.seed)
+        job = Job(args.ranks, env, settings, workdir, lab)
         deadline = time.monotonic() + args.timeout
         curve = []
         label = "%-10s %-11s" % (env_name, config)
@@ -204,6 +230,8 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     finally:
         if job is not None:
             job.close()
+        if lab is not None:
+            lab.close()
         shutil.rmtree(workdir, ignore_errors=True)
     r0 = results[0]
     # Skip the first steps: DDP rebuilds its buckets after step 1 and the first
@@ -214,7 +242,7 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     finals = [r["final_accuracy"] for r in results]
     summary = {
         "config": config, "env": env_name, "straggler": dist_spec,
-        "loss": loss if config == "optireduce" else 0.0,
+        "loss": loss if (config == "optireduce" or args.lab) else 0.0,
         "steps": r0["steps"], "train_s": round(r0["train_s"], 3),
         "target": args.target,
         "time_to_target_s": round(reached, 3) if reached is not None else "",
@@ -286,6 +314,10 @@ def add_common(ap):
                     help="seconds per job before it is killed (default 300; quick 60)")
     ap.add_argument("--torch-lib", default=None, help="liboptireduce_torch.so "
                     "(default $OPTIREDUCE_TORCH_LIB or build/gloo_ext/)")
+    ap.add_argument("--lab", action="store_true",
+                    help="run the ranks in the cloud lab (bench/lab: a network namespace per "
+                         "rank on a bridge; root); an env's LOSS becomes real packet loss on "
+                         "every rank's link, for every config")
     ap.add_argument("--quick", action="store_true",
                     help="small model, 3 epochs, one env (tail:exp:10@0.01): for tests (~1 min)")
 
@@ -316,6 +348,8 @@ def finish_common(ap, args):
         args.eval_every = steps_per_epoch if args.quick else max(1, steps_per_epoch // 2)
     if args.eval_every < 1:
         ap.error("--eval-every must be at least 1, got %d" % args.eval_every)
+    if args.lab and os.geteuid() != 0:
+        ap.error("--lab needs root (network namespaces, veth, tc)")
     if args.straggler_rank is None:
         args.straggler_rank = args.ranks - 1
     if not 0 <= args.straggler_rank < args.ranks:
@@ -327,13 +361,15 @@ def cmd_run(args):
     envs = [parse_env(e) for e in args.env]
     os.makedirs(args.out, exist_ok=True)
     curve_rows, summaries = [], []
-    print("time to accuracy: %d ranks (local processes), MLP 64-%d-%d-10 on digits, %d epochs, "
-          "batch %d/rank, target %g%%" % (args.ranks, args.hidden, args.hidden, args.epochs,
-                                          args.batch, args.target), flush=True)
+    print("time to accuracy: %d ranks (%s), MLP 64-%d-%d-10 on digits, %d epochs, "
+          "batch %d/rank, target %g%%" % (
+              args.ranks, "lab namespaces on a bridge" if args.lab else "local processes, loopback",
+              args.hidden, args.hidden, args.epochs, args.batch, args.target), flush=True)
     for name, dist_spec, loss in envs:
         print("env %s: straggler rank %d sleeps %s ms per step%s" % (
             name, args.straggler_rank, dist_spec,
-            ", optireduce config drops %g%% of datagrams" % (loss * 100) if loss else ""), flush=True)
+            "" if not loss else ", %g%% packet loss on every link" % (loss * 100) if args.lab else
+            ", optireduce config drops %g%% of datagrams" % (loss * 100)), flush=True)
         for config in args.configs:
             curve, summary = run_one(args, name, dist_spec, loss, config, lib)
             curve_rows += curve
@@ -400,6 +436,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     p = run if args.cmd == "run" else cal
     finish_common(p, args)
+    cloudlab.install_signal_handlers()  # Ctrl-C/SIGTERM unwind: every job and lab is torn down
     try:
         if args.cmd == "run":
             if args.env is None:
