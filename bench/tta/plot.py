@@ -37,7 +37,8 @@ def plot_tta(curve_rows, summary_rows, path, target=None):
         if target:
             ax.axhline(float(target), color="grey", linestyle="--", linewidth=0.8)
         ax.set_xlabel("training wall-clock (s)", fontsize=8)
-        ax.set_ylim(0, 100)
+        lowest = min([float(r["accuracy"]) for r in curve_rows] + [100.0])
+        ax.set_ylim(max(0.0, min(50.0, lowest - 5)), 100)
         ax.tick_params(labelsize=7)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("test accuracy (%)", fontsize=8)
