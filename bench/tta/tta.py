@@ -32,7 +32,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import queue
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -57,6 +59,10 @@ DEFAULT_ENVS = ["moderate:exp:15", "tail3:exp:60@0.01"]
 
 class UsageError(Exception):
     pass
+
+
+class JobError(Exception):
+    """A training job failed or timed out (message has the ranks' exit codes and logs)."""
 
 
 def parse_env(spec):
@@ -201,9 +207,26 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
         deadline = time.monotonic() + args.timeout
         curve = []
         label = "%-10s %-11s" % (env_name, config)
-        # Rank 0's stdout: EVAL lines. A reader thread is not needed: the worker prints
-        # only these lines, and readline returns at EOF when it exits.
-        for line in job.procs[0].stdout:
+        # Rank 0's stdout: EVAL lines, read by a thread so that a rank that hangs without
+        # printing cannot block us past the deadline (the job is then killed below).
+        lines = queue.Queue()
+
+        def pump(stream):
+            for line in stream:
+                lines.put(line)
+            lines.put(None)
+
+        threading.Thread(target=pump, args=(job.procs[0].stdout,), daemon=True).start()
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                line = lines.get(timeout=min(left, 1.0))
+            except queue.Empty:
+                continue
+            if line is None:
+                break
             parts = line.split()
             if len(parts) == 5 and parts[0] == "EVAL":
                 step, epoch, wall, acc = int(parts[1]), int(parts[2]), float(parts[3]), float(parts[4])
@@ -212,8 +235,6 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
                 if progress:
                     print("  %s epoch %2d step %4d  t=%6.1fs  acc %5.1f%%"
                           % (label, epoch, step, wall, acc), flush=True)
-            if time.monotonic() > deadline:
-                break
         codes = []
         for p in job.procs:
             try:
@@ -222,7 +243,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
                 job.kill()
                 codes.append("timeout")
         if codes != [0] * args.ranks:
-            raise RuntimeError("%s/%s: ranks exited %s\n%s" % (env_name, config, codes, job.tail_logs()))
+            raise JobError("env %s, config %s: ranks exited %s (a rank still running after "
+                           "--timeout %g s is killed)\n%s"
+                           % (env_name, config, codes, args.timeout, job.tail_logs()))
         results = []
         for path in job.outs:
             with open(path) as f:
@@ -460,6 +483,12 @@ def main(argv=None):
     except UsageError as e:
         print("tta.py: error: %s" % e, file=sys.stderr)
         return 2
+    except JobError as e:
+        print("tta.py: error: %s" % e, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        print("tta.py: interrupted; every job was stopped", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

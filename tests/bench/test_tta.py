@@ -4,7 +4,6 @@ summary CSV and PNG; bad flags are refused with a message naming the flag (exit 
 import csv
 import os
 import subprocess
-import sys
 
 import pytest
 
@@ -82,3 +81,14 @@ def test_quick_run_trains_every_config(tmp_path):
 
     with open(os.path.join(out, "tta.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_job_past_timeout_is_killed_and_named(tmp_path):
+    p = tta("--quick", "--configs", "ring", "--timeout", "3", "--seed", "987654",
+            "--out", str(tmp_path / "o"), timeout=60)
+    assert p.returncode == 1, (p.returncode, p.stdout, p.stderr)
+    assert "--timeout 3 s" in p.stderr and "config ring" in p.stderr, p.stderr
+    # Every rank of the job is gone (killed by process group and reaped).
+    left = subprocess.run(["pgrep", "-f", 'tta_worker.py .*"seed": 987654'],
+                          stdout=subprocess.PIPE, text=True).stdout
+    assert left.strip() == "", left
