@@ -2,8 +2,8 @@
 """Time-to-accuracy of DDP training: stock Gloo ring vs TAR vs OptiReduce mode, under tails.
 
 Each (environment, configuration) pair is a fresh 4-rank torch.distributed job (local
-processes on 127.0.0.1, file:// rendezvous) training the same MLP on sklearn's digits
-(tta_worker.py). Configurations:
+processes on 127.0.0.1, or with --lab one per network namespace of bench/lab; file://
+rendezvous) training the same MLP on sklearn's digits (tta_worker.py). Configurations:
 
   ring        stock Gloo ring allreduce over Gloo's TCP (optireduce not loaded)
   tar         GLOO_ALGO=transpose: TAR (reliable, exact) over Gloo's TCP, optireduce loaded
@@ -12,13 +12,14 @@ processes on 127.0.0.1, file:// rendezvous) training the same MLP on sklearn's d
 
 Environments (--env NAME:DIST[@LOSS], repeatable): rank `--straggler-rank` sleeps a delay
 drawn from DIST (none, const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD, pareto:SCALE:SHAPE,
-ms) before each step; LOSS is the injected receive loss of the optireduce config.
+ms) before each step; LOSS is the injected receive loss of the optireduce config (with
+--lab: real packet loss on every rank's link, for every config).
 
 Output: a progress line per evaluation, a table (time to --target accuracy, final accuracy,
 per-step sync time p50/p99 of rank 0), and in --out: tta_curve.csv (config, env, wall_s,
 step, accuracy), tta_summary.csv, tta.png (accuracy vs wall-clock, one panel per env).
 
-  tta.py                                  # the default run (~5-10 min on 2 cores)
+  tta.py                                  # the default run (~10 min on 2 busy cores)
   tta.py --quick --out /tmp/tta           # a small run (tests)
   tta.py calibrate --dists none,exp:15,exp:60 --epochs 4   # Gloo ring p99/p50 per DIST
   tta.py --lab                            # ranks in bench/lab namespaces (root)
@@ -31,8 +32,8 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import queue
+import sys
 import tempfile
 import threading
 import time

@@ -104,9 +104,7 @@ if step % settings["eval_every"] != 0:
 result = {"rank": rank, "final_accuracy": evals[-1][3], "steps": step, "train_s": train_s,
           "evals": evals, "step_ms": step_ms, "sync_ms": sync_ms, "delay_ms": delay_ms}
 if settings["import_optireduce"]:
-    import optireduce
-
-    result["stats"] = optireduce.stats()
+    result["stats"] = optireduce.stats()  # noqa: F821  (imported above, before torch)
 dist.barrier()
 dist.destroy_process_group()
 with open(out_path, "w") as f:
