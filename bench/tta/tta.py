@@ -55,7 +55,7 @@ CONFIGS = {
 }
 # Calibrated on this 2-core machine (README "Time to accuracy"): Gloo ring's per-step sync
 # time p99/p50 is ~1.5 under 'moderate' and ~3 under 'tail3'.
-DEFAULT_ENVS = ["moderate:exp:15", "tail3:exp:60@0.01"]
+DEFAULT_ENVS = ["moderate:exp:5", "tail3:exp:30@0.01"]
 
 
 class UsageError(Exception):
