@@ -21,6 +21,7 @@ const char* PhaseEndName(PhaseEnd end) {
     case PhaseEnd::kComplete: return "complete";
     case PhaseEnd::kEarlyTimeout: return "early_timeout";
     case PhaseEnd::kDeadline: return "deadline";
+    case PhaseEnd::kPeerTimeout: return "peer_timeout";
   }
   return "unknown";
 }

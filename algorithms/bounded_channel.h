@@ -33,6 +33,7 @@ enum class PhaseEnd : uint8_t {
   kComplete,      // every byte arrived
   kEarlyTimeout,  // every peer's last packets arrived and the input went quiet
   kDeadline,      // the hard bound of the phase passed
+  kPeerTimeout,   // most peers were done; the others ran past what a typical peer needed
 };
 const char* PhaseEndName(PhaseEnd end);
 
@@ -48,9 +49,16 @@ class BoundedReceive {
   virtual ~BoundedReceive() = default;
 
   // Waits until every region is complete, or every peer's last packets arrived and nothing
-  // arrived for `quiet`, or `deadline`. No byte is written into the regions after Wait (or
-  // Repair) returns, until Repair is called.
-  virtual PhaseEnd Wait(BoundedClock::time_point deadline, std::chrono::microseconds quiet) = 0;
+  // arrived for `quiet`, or `deadline`. With `peer_factor` > 0 and two regions or more, also
+  // until the adaptive peer timeout (the original's median estimate): once at least half of
+  // the regions are done (complete, or their last packets in), a region still running gets
+  // `peer_factor` times the median transfer time of the done ones from its first packet
+  // (one that has not started: from the moment half were done), at least `quiet` and a
+  // quarter of the time from the post to `deadline`.
+  // No byte is written into the regions after Wait (or Repair) returns, until Repair is
+  // called.
+  virtual PhaseEnd Wait(BoundedClock::time_point deadline, std::chrono::microseconds quiet,
+                        double peer_factor = 0) = 0;
 
   // Asks the senders to send the missing ranges again (their sources may be gone: then they
   // don't answer) and waits until complete or `deadline`.
@@ -79,8 +87,15 @@ class BoundedChannel {
   // operations are forgotten first).
   virtual void Detach(uint64_t op) = 0;
   // Stops serving `op` at all (its sources are about to change): later repair requests
-  // for it go unanswered and the requester compensates.
+  // for it go unanswered and the requester compensates. Sends of `op` still queued are
+  // dropped: call FinishSends first.
   virtual void Release(uint64_t op) = 0;
+  // Waits until the sends of `op` queued by Send have left this rank (a transport that
+  // paces or staggers its sends may still hold some), or until `deadline`.
+  virtual void FinishSends(uint64_t op, BoundedClock::time_point deadline) {
+    (void)op;
+    (void)deadline;
+  }
 
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;

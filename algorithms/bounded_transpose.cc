@@ -40,7 +40,7 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   const auto start = Clock::now();
   p->bytes_expected = 0;
   for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
-  p->end = rx.Wait(deadline, a.bound.quiet);
+  p->end = rx.Wait(deadline, a.bound.quiet, a.bound.peer_factor);
   p->bytes_received = ArrivedBytes(rx, regions.size());
   const double lost = p->bytes_expected == 0
                           ? 0.0
@@ -83,15 +83,17 @@ void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
   }
 }
 
-// Phase 2 left the rank's own contribution where nothing arrived: scale it by N, the
-// unbiased estimate of the sum from one of N similar contributions.
+// Moves the reduced shards that arrived in phase 2 from scratch into place. Where nothing
+// arrived the buffer still holds the rank's own contribution: scale it by N, the unbiased
+// estimate of the sum from one of N similar contributions.
 template <typename T>
-void FillMissing(T* data, const TransposePlan& plan, int rank, const BoundedReceive& rx,
-                 const std::vector<BoundedRegion>& regions) {
+void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive& rx,
+                        const std::vector<BoundedRegion>& regions) {
   const T n = static_cast<T>(plan.ranks());
   for (size_t i = 0; i < regions.size(); i++) {
     const int owner = regions[i].peer;
     T* shard = data + plan.ShardBegin(owner);
+    const T* arrived = static_cast<const T*>(regions[i].dst);
     const size_t count = plan.ShardCount(owner);
     size_t next = 0;  // first element not yet known to have arrived
     auto scale = [&](size_t from, size_t to) {
@@ -101,11 +103,11 @@ void FillMissing(T* data, const TransposePlan& plan, int rank, const BoundedRece
       const size_t begin = (r.begin + sizeof(T) - 1) / sizeof(T);
       const size_t end = std::min(count, r.end / sizeof(T));
       if (begin > next) scale(next, begin);
+      if (end > begin) std::memcpy(shard + begin, arrived + begin, (end - begin) * sizeof(T));
       next = std::max(next, end);
     }
     if (next < count) scale(next, count);
   }
-  (void)rank;
 }
 
 template <typename T>
@@ -147,12 +149,19 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 
-  // Phase 2: send my reduced shard to everyone; other shards land in place.
+  // Phase 2: send my reduced shard to everyone. The other shards land in scratch, not in
+  // place: in place they are still the sources of this rank's phase-1 sends (queued behind
+  // the staggered order, or asked for by a repair) until Release(op1) below.
+  thread_local std::vector<T> shards_memory;
+  const size_t others = plan.elements() - my_count;
+  if (shards_memory.size() < others) shards_memory.resize(others);
   std::vector<BoundedRegion> regions2;
   for (int step = 1; step < n; step++) {
     const int owner = plan.RecvPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
-    regions2.push_back({owner, data + plan.ShardBegin(owner), plan.ShardCount(owner) * sizeof(T)});
+    // Shards before mine keep their offset; those after it move down by my_count.
+    const size_t at = plan.ShardBegin(owner) - (owner > rank ? my_count : 0);
+    regions2.push_back({owner, shards_memory.data() + at, plan.ShardCount(owner) * sizeof(T)});
   }
   const auto phase2_start = Clock::now();
   auto rx2 = a.channel->PostReceive(op2, regions2);
@@ -162,12 +171,14 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     }
   }
   FinishPhase(*rx2, regions2, phase2_start + half, a, &stats->phase[1]);
-  FillMissing(data, plan, rank, *rx2, regions2);
-  rx2.reset();
-  // The caller transforms the buffer back next. Phase-1 sources are released (an owner
-  // still repairing after this rank finished gets no answer and compensates); the
-  // reduced shard is copied so that late phase-2 repairs are still served.
+  // Phase-1 sources are released before they are overwritten (what is still queued for
+  // them is dropped; an owner still repairing gets no answer and compensates); the
+  // reduced shard is copied so that late phase-2 repairs are still served while the
+  // caller transforms the buffer back.
+  a.channel->FinishSends(op1, Clock::now() + half);
   a.channel->Release(op1);
+  PlaceReducedShards(data, plan, *rx2, regions2);
+  rx2.reset();
   a.channel->Detach(op2);
 }
 

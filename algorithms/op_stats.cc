@@ -33,7 +33,8 @@ std::string CumulativeStats::ToJson() const {
       "{\"ops\":", ops, ",\"calibration_ops\":", calibration_ops, ",\"bounded_ops\":",
       bounded_ops, ",\"reliable_ops\":", reliable_ops, ",\"complete_phases\":", complete_phases,
       ",\"early_timeout_phases\":", early_timeout_phases, ",\"deadline_phases\":",
-      deadline_phases, ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
+      deadline_phases, ",\"peer_timeout_phases\":", peer_timeout_phases,
+      ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
       ",\"bytes_expected\":", bytes_expected, ",\"bytes_received\":", bytes_received, "}");
 }
 
@@ -61,6 +62,7 @@ void StatsRegistry::Record(const OpStats& s) {
       if (p.end == PhaseEnd::kComplete) total_.complete_phases++;
       if (p.end == PhaseEnd::kEarlyTimeout) total_.early_timeout_phases++;
       if (p.end == PhaseEnd::kDeadline) total_.deadline_phases++;
+      if (p.end == PhaseEnd::kPeerTimeout) total_.peer_timeout_phases++;
       total_.bytes_expected += p.bytes_expected;
       total_.bytes_received += p.bytes_received;
     }

@@ -46,6 +46,7 @@ struct CumulativeStats {
   uint64_t complete_phases = 0;
   uint64_t early_timeout_phases = 0;
   uint64_t deadline_phases = 0;
+  uint64_t peer_timeout_phases = 0;
   uint64_t repaired_ops = 0;
   uint64_t damaged_ops = 0;
   uint64_t bytes_expected = 0;

@@ -69,6 +69,7 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
   b.quiet = std::chrono::microseconds(std::min<int64_t>(
       options.max_quiet.count(),
       std::max<int64_t>(100, static_cast<int64_t>(bound * options.early_quiet_fraction))));
+  b.peer_factor = options.peer_timeout_factor;
   b.repair_budget =
       std::chrono::microseconds(static_cast<int64_t>(bound * options.repair_budget_fraction));
   return b;

@@ -33,6 +33,9 @@ struct TimeoutOptions {
   std::chrono::microseconds max_quiet{5000};
   std::chrono::microseconds min_bound{2000};
   std::chrono::microseconds hard_cap{std::chrono::seconds(5)};
+  // Adaptive peer timeout: once half of a phase's peers are done, the others get this many
+  // times their median transfer time (0: off; phases end at the early timeout or bound).
+  double peer_timeout_factor = 2.0;
   // Extra time (as a fraction of the bound) to repair an operation above the loss limit.
   double repair_budget_fraction = 1.0;
 };
@@ -41,6 +44,7 @@ struct TimeBound {
   std::chrono::microseconds bound;  // whole operation (both phases)
   std::chrono::microseconds quiet;  // early-timeout quiet period
   std::chrono::microseconds repair_budget;
+  double peer_factor = 0;  // adaptive peer timeout (BoundedReceive::Wait); 0: off
   bool capped = false;  // the hard cap decided the bound
 };
 

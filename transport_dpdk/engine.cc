@@ -1434,6 +1434,17 @@ int Engine::BoundedSenders(uint32_t ctx) const {
   return c ? c->bounded_senders : 0;
 }
 
+size_t Engine::BoundedQueuedSends(uint32_t ctx, uint64_t op) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return 0;
+  size_t n = 0;
+  for (const Peer& p : c->peers) {
+    for (const BoundedJob& j : p.bounded_queue) n += j.op == op && j.order != 0 ? 1 : 0;
+  }
+  return n;
+}
+
 int Engine::ContextSize(uint32_t ctx) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Ctx* c = impl_->FindCtx(ctx);

@@ -100,6 +100,8 @@ class Engine {
   uint32_t BoundedPayload() const;
   // Bounded packets still queued for sending in this context.
   size_t BoundedPending(uint32_t ctx) const;
+  // Sends of `op` (not repairs) still queued in this context.
+  size_t BoundedQueuedSends(uint32_t ctx, uint64_t op) const;
   // How many peers this context's bounded sends go to at once (incast control; clamped
   // to [1, size - 1]); the oldest sends go first, so TAR's staggered order is kept.
   void SetBoundedSenders(uint32_t ctx, int senders);

@@ -14,6 +14,7 @@ const char* Short(PhaseEnd end) {
     case PhaseEnd::kComplete: return "done";
     case PhaseEnd::kEarlyTimeout: return "early";
     case PhaseEnd::kDeadline: return "hard";
+    case PhaseEnd::kPeerTimeout: return "peer";
   }
   return "?";
 }

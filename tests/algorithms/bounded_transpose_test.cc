@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cmath>
 #include <random>
+#include <mutex>
 #include <thread>
 #include <vector>
 
@@ -86,6 +87,9 @@ std::shared_ptr<TimeoutPolicy> TestPolicy() {
   // Threads on 2 shared cores: keep bounds far above scheduling noise.
   o.min_bound = std::chrono::milliseconds(150);
   o.hard_cap = std::chrono::seconds(2);
+  // Threads of a loaded host may be descheduled longer than the adaptive peer timeout
+  // allows; tests that need it turn it on.
+  o.peer_timeout_factor = 0;
   return std::make_shared<TimeoutPolicy>(o);
 }
 
@@ -264,6 +268,38 @@ TEST(BoundedTranspose, WithoutBoundedServiceRunsExactTar) {
     for (float x : f) ASSERT_EQ(x, 3.0f);
     EXPECT_EQ(stats.mode, "reliable");
   });
+}
+
+TEST(BoundedTranspose, LateRankIsCutByThePeerTimeoutThenRepairedToExact) {
+  // Rank 3 calls late by a third of the bound. Once the two other peers of a rank are done
+  // its phase 1 waits at most max(2x their transfer time, a quarter of the phase's bound)
+  // for rank 3 (an eighth of the bound), so the peer timeout ends it; a third of the phase
+  // is then missing, above the loss limit: a repair fetches it and the result is exact.
+  InMemoryBoundedHub hub(kRanks, 0.0, 5);
+  int cut = 0;
+  std::mutex mu;
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = 2;
+    o.min_bound = std::chrono::milliseconds(600);
+    o.hard_cap = std::chrono::seconds(5);
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    for (uint64_t step = 0; step < 3; step++) {
+      Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
+    }
+    Barrier(ctx);
+    const double bound_s = policy->BoundFor(kCount * 4).bound.count() / 1e6;
+    if (ctx->rank == kRanks - 1) std::this_thread::sleep_for(std::chrono::duration<double>(0.3 * bound_s));
+    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
+    EXPECT_LT(Compare(c.data, ExactSum(3)).rel_l2, 1e-5) << c.stats.ToJson();
+    if (c.stats.phase[0].end == PhaseEnd::kPeerTimeout) {
+      EXPECT_TRUE(c.stats.phase[0].repaired) << c.stats.ToJson();
+      std::lock_guard<std::mutex> lock(mu);
+      cut++;
+    }
+    Barrier(ctx);
+  });
+  EXPECT_GT(cut, 0) << "no rank's phase 1 ended by the peer timeout";
 }
 
 }  // namespace

@@ -60,6 +60,15 @@ void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes
   }
 }
 
+void BoundedEndpoint::FinishSends(uint64_t op, BoundedClock::time_point deadline) {
+  // Normally nothing is left: the progress thread sends as fast as the device takes it.
+  auto pause = std::chrono::microseconds(50);
+  while (engine_->BoundedQueuedSends(ctx_, op) > 0 && BoundedClock::now() < deadline) {
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(1));
+  }
+}
+
 void BoundedEndpoint::Detach(uint64_t op) { sources_.Detach(op); }
 
 void BoundedEndpoint::OnOperationDone(double loss_fraction) {

@@ -28,6 +28,7 @@ class BoundedEndpoint : public BoundedChannel {
   void Send(int peer, uint64_t op, const void* src, size_t nbytes) override;
   void Detach(uint64_t op) override;
   void Release(uint64_t op) override { sources_.Release(op); }
+  void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;
   void OnOperationDone(double loss_fraction) override;
 

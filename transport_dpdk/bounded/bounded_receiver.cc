@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 
 namespace optireduce {
 namespace transport {
@@ -19,7 +20,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
     owner_->CloseLocked(op_);
   }
 
-  PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet) override {
+  PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet,
+                double peer_factor) override {
     std::unique_lock<std::mutex> lock(owner_->mu_);
     for (;;) {
       bool complete = true;
@@ -34,8 +36,46 @@ class BoundedReceiver::Receive : public BoundedReceive {
       if (now >= deadline) return PhaseEnd::kDeadline;
       auto wake = deadline;
       if (all_last) wake = std::min(wake, posted_->last_arrival + quiet);
+      if (peer_factor > 0) {
+        const auto peer_deadline = PeerDeadline(deadline, quiet, peer_factor);
+        if (peer_deadline && now >= *peer_deadline) return PhaseEnd::kPeerTimeout;
+        if (peer_deadline) wake = std::min(wake, *peer_deadline);
+      }
       owner_->cv_.wait_until(lock, wake);
     }
+  }
+
+  // The adaptive peer timeout (see BoundedReceive::Wait); nullopt while fewer than half of
+  // the regions are done. Called with the owner's lock held.
+  std::optional<Clock::time_point> PeerDeadline(Clock::time_point deadline,
+                                                std::chrono::microseconds quiet,
+                                                double factor) const {
+    const auto& regions = posted_->regions;
+    if (regions.size() < 2) return std::nullopt;
+    std::vector<Clock::time_point> done_at;
+    std::vector<Clock::duration> took;
+    for (const Region& r : regions) {
+      if (r.done_at == Clock::time_point{}) continue;
+      done_at.push_back(r.done_at);
+      took.push_back(r.done_at - r.first_arrival);
+    }
+    const size_t half = (regions.size() + 1) / 2;
+    if (done_at.size() < half || done_at.size() == regions.size()) return std::nullopt;
+    std::sort(done_at.begin(), done_at.end());
+    std::sort(took.begin(), took.end());
+    const Clock::time_point half_done = done_at[half - 1];
+    // At least a quarter of the phase's bound: ranks call an allreduce some time apart
+    // (their compute differs), and a tiny transfer time says nothing about that skew.
+    const Clock::duration allow = std::max<Clock::duration>(
+        {quiet, (deadline - posted_->posted_at) / 4,
+         std::chrono::duration_cast<Clock::duration>(took[(took.size() - 1) / 2] * factor)});
+    Clock::time_point latest{};
+    for (const Region& r : regions) {
+      if (r.done_at != Clock::time_point{}) continue;
+      const auto from = r.first_arrival == Clock::time_point{} ? half_done : r.first_arrival;
+      latest = std::max(latest, from + allow);
+    }
+    return latest;
   }
 
   PhaseEnd Repair(Clock::time_point deadline) override {
@@ -46,7 +86,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
       RequestMissing();
       const auto until = std::min(deadline, Clock::now() + interval);
       // Repairs come without "last" flags: wait for completeness or the deadline only.
-      const PhaseEnd end = Wait(until, std::chrono::hours(24));
+      const PhaseEnd end = Wait(until, std::chrono::hours(24), /*peer_factor=*/0);
       if (end == PhaseEnd::kComplete) return end;
       if (Clock::now() >= deadline) return PhaseEnd::kDeadline;
     }
@@ -96,7 +136,8 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
                                                       RepairRequest repair) {
   auto posted = std::make_unique<Posted>();
   for (const BoundedRegion& spec : regions) posted->regions.push_back(Region{spec, {}, 0, false});
-  posted->last_arrival = Clock::now();
+  posted->posted_at = Clock::now();
+  posted->last_arrival = posted->posted_at;
   std::lock_guard<std::mutex> lock(mu_);
   // An op id closed long ago may be reused only after it left the history; reopening it
   // means a new operation with the same id, so forget that it was closed.
@@ -135,7 +176,10 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   // switch per datagram.
   bool wake = last && !region->last_seen;
   if (last) region->last_seen = true;
-  posted.last_arrival = Clock::now();
+  const auto now = Clock::now();
+  posted.last_arrival = now;
+  if (region->first_arrival == Clock::time_point{}) region->first_arrival = now;
+  if (last && region->done_at == Clock::time_point{}) region->done_at = now;
   if (len == 0) {
     if (wake) cv_.notify_all();
     return;
@@ -162,7 +206,10 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   region->bytes += len - overlap;
   counters_.duplicate_bytes += overlap;
   posted.progress++;
-  if (region->bytes == region->spec.nbytes) wake = true;
+  if (region->bytes == region->spec.nbytes) {
+    wake = true;
+    if (region->done_at == Clock::time_point{}) region->done_at = now;
+  }
   if (wake) cv_.notify_all();
 }
 

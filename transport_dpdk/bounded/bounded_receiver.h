@@ -66,9 +66,14 @@ class BoundedReceiver {
     std::map<size_t, size_t> arrived;  // begin -> end, disjoint, merged
     size_t bytes = 0;
     bool last_seen = false;
+    // For the adaptive peer timeout: the first payload, and when the region was done
+    // (complete, or its last packets in). Epoch (zero): not yet.
+    BoundedClock::time_point first_arrival{};
+    BoundedClock::time_point done_at{};
   };
   struct Posted {
     std::vector<Region> regions;
+    BoundedClock::time_point posted_at;
     BoundedClock::time_point last_arrival;
     uint64_t progress = 0;  // bumps on every applied payload
   };
