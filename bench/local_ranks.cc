@@ -176,7 +176,18 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
 #endif
     auto device = MakeDevice(spec);
     context->connectFullMesh(store, device);
-    return body(RankEnv{rank, size, context});
+    const int status = body(RankEnv{rank, size, context});
+#ifdef OPTIREDUCE_BENCH_HAVE_UDP
+    // OPTIREDUCE_BENCH_STATS=1: each rank prints its engine's counters (datagram
+    // transports) to stderr, for finding where a slow run loses its time.
+    if (std::getenv("OPTIREDUCE_BENCH_STATS") != nullptr) {
+      if (auto* d = dynamic_cast<optireduce::transport::Device*>(device.get())) {
+        std::fprintf(stderr, "rank %d %s: %s\n", rank, d->str().c_str(),
+                     d->stats().ToString().c_str());
+      }
+    }
+#endif
+    return status;
   });
 }
 

@@ -188,7 +188,7 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   const uint32_t room = std::max<uint32_t>(
       RTE_PKTMBUF_HEADROOM + ((req.max_frame + 63) / 64) * 64,
       RTE_MBUF_DEFAULT_BUF_SIZE);
-  const uint32_t count = rxd + txd + 512;
+  const uint32_t count = rxd + txd + 512 + req.extra_mbufs;
   {
     std::lock_guard<std::mutex> lock(RegistryMu());
     for (PoolEntry& e : Pools()) {

@@ -30,6 +30,7 @@ struct PortRequest {
   uint32_t rx_descriptors = 1024;
   uint32_t tx_descriptors = 1024;
   uint32_t mtu = 0;        // IP MTU to set if the port's is smaller
+  uint32_t extra_mbufs = 0;  // mbufs the caller holds outside the rings (TX backlog)
 };
 
 // What the port is, when it is a memif (see dpdk_port.cc: start order).
