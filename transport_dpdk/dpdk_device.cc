@@ -42,7 +42,7 @@ std::string MemifMeshEalArgs(const std::string& dir, int rank, int size) {
     absl::StrAppend(&s, s.empty() ? "" : " ", "--vdev=net_memif", port++,
                     ",role=", rank == lo ? "server" : "client",
                     ",id=0,socket=", dir, "/", lo, "-", hi,
-                    ".sock,socket-abstract=no");
+                    ".sock,socket-abstract=no,bsize=", kMemifMeshBufferSize);
   }
   return s;
 }

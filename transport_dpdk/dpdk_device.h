@@ -31,6 +31,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 // EAL --vdev arguments for rank `rank` of a full memif mesh of `size` ranks
 // whose sockets live in `socket_dir` (link i<j: rank i is the server of
 // "<dir>/<i>-<j>.sock"). Port k of rank r is the link to the k-th other rank.
+// Every link gets packet buffers of kMemifMeshBufferSize bytes ("bsize="),
+// so the device picks a 9000-byte MTU on it (see packet_io_dpdk.cc).
+constexpr unsigned kMemifMeshBufferSize = 9216;
 std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size);
 
 // Creates, in this process, a full mesh of net_ring port pairs for `size`

@@ -70,6 +70,9 @@ class OpenPort {
 
   // The MTU the port reports (0 if it does not say).
   static uint32_t PortMtu(uint16_t port_id);
+  // The packet buffer size a net_memif port was given with its "bsize="
+  // devarg; 0 when the port is not a memif or has no bsize devarg.
+  static uint32_t MemifBufferSize(uint16_t port_id);
 
  private:
   OpenPort() = default;
