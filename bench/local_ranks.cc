@@ -170,8 +170,12 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     // One memif link per rank pair, sockets next to the FileStore's files. memif is
     // lossless (back-pressure) and needs neither root nor hugepages.
     if (transport == "dpdk" && std::getenv("OPTIREDUCE_EAL_ARGS") == nullptr) {
-      spec.eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(dir, rank, size) + " " +
-                      optireduce::transport::dpdk::DefaultEalArgs();
+      // OPTIREDUCE_BENCH_MEMIF_BSIZE=9216: 9000-byte frames (see dpdk_device.h).
+      const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
+      spec.eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
+                          dir, rank, size,
+                          bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10)) : 0) +
+                      " " + optireduce::transport::dpdk::DefaultEalArgs();
     }
 #endif
     auto device = MakeDevice(spec);

@@ -92,10 +92,9 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   if (mtu == 0) {
     mtu = dpdk::OpenPort::PortMtu(ids[0]);
     if (mtu == 0) mtu = 1500;
-    // memif ports given big packet buffers ("bsize=", as MemifMeshEalArgs
-    // does): frames up to the buffer size, up to 9000. Per-packet costs
-    // (headers, checksums, CRC, acks) dominate at 1500: measured 6x fewer
-    // packets and ~2x the allreduce bandwidth. memif's own MTU (1500) says
+    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs'
+    // buffer_size): frames up to the buffer size, up to 9000, so 6x fewer
+    // packets (headers, checksums, CRC, acks). memif's own MTU (1500) says
     // nothing about its buffers, and frames longer than a buffer take
     // 22.11's chained-buffer path, which duplicated frames in our runs:
     // every rank must use the same bsize.
