@@ -92,7 +92,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   if (mtu == 0) {
     mtu = dpdk::OpenPort::PortMtu(ids[0]);
     if (mtu == 0) mtu = 1500;
-    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs'
+    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs's
     // buffer_size): frames up to the buffer size, up to 9000, so 6x fewer
     // packets (headers, checksums, CRC, acks). memif's own MTU (1500) says
     // nothing about its buffers, and frames longer than a buffer take
