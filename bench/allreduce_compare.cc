@@ -3,7 +3,11 @@
 // ratio to Gloo's ring_chunked measured in the same run. Every result is verified.
 //
 //   optireduce-sweep [--ranks 4] [--transport tcp] [--sizes 4K,64K,1M,16M,64M]
-//                   [--iters N] [--algos a,b,...] [--csv FILE]
+//                   [--iters N] [--algos a[@transport],b,...] [--csv FILE]
+//
+// An algorithm may name its own transport, e.g. TAR over the DPDK backend (a memif mesh
+// between the local ranks) against Gloo's ring_chunked over Gloo's TCP device:
+//   optireduce-sweep --sizes 1M,4M,16M,64M --algos ring_chunked@tcp,transpose@dpdk
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -37,12 +41,19 @@ using RawFunc = void (*)(void*, const void*, const void*, size_t);
 const std::vector<std::string> kAllAlgos = {"ring_chunked", "halving_doubling", "gloo_allreduce",
                                             "transpose", "transpose_hadamard"};
 
+// One measured entry: an algorithm on a transport ("transpose@dpdk"; no "@": --transport).
+struct Entry {
+  std::string algo;
+  std::string transport;
+  std::string label;  // what the table shows: algo, or algo@transport when it named one
+};
+
 struct Config {
   int ranks = 4;
   std::string transport = "tcp";
   std::vector<size_t> sizes = {4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20};
   int iters = 0;  // 0: chosen per size
-  std::vector<std::string> algos = kAllAlgos;
+  std::vector<Entry> entries;
   std::string csv;
 };
 
@@ -64,8 +75,10 @@ bool ParseSize(const std::string& text, size_t* out) {
 int Usage(const char* why) {
   std::fprintf(stderr,
                "error: %s\nusage: optireduce-sweep [--ranks N (2..16)] [--transport tcp] "
-               "[--sizes 4K,64K,1M,...] [--iters N] [--algos %s] [--csv FILE]\n",
-               why, "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard");
+               "[--sizes 4K,64K,1M,...] [--iters N] [--algos A[@TRANSPORT],...] [--csv FILE]\n"
+               "algorithms: %s\ntransports: %s\n",
+               why, "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard",
+               AvailableTransports().c_str());
   return 2;
 }
 
@@ -154,7 +167,7 @@ struct Row {
 
 // Measures one algorithm at every size; rank 0 appends rows to `results`.
 int RankMain(const RankEnv& env, const Config& cfg, const std::string& algo,
-             const std::string& results) {
+             const std::string& label, const std::string& results) {
   int status = 0;
   for (size_t bytes : cfg.sizes) {
     const size_t count = std::max<size_t>(1, bytes / sizeof(float));
@@ -181,7 +194,7 @@ int RankMain(const RankEnv& env, const Config& cfg, const std::string& algo,
         2.0 * (env.size - 1) / env.size * static_cast<double>(count * 4) / (p50 * 1e-6) / 1e9;
     FILE* f = std::fopen(results.c_str(), "a");
     if (f == nullptr) return 1;
-    std::fprintf(f, "%zu %s %.3f %.3f %.6f %d\n", bytes, algo.c_str(), p50, p99, busbw, ok);
+    std::fprintf(f, "%zu %s %.3f %.3f %.6f %d\n", bytes, label.c_str(), p50, p99, busbw, ok);
     std::fclose(f);
   }
   return status;
@@ -205,40 +218,53 @@ std::vector<Row> ReadRows(const std::string& path) {
 
 // Prints the comparison; returns false if any result was wrong or missing.
 bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
+  std::string baseline;  // the first ring_chunked entry
+  for (const Entry& e : cfg.entries) {
+    if (e.algo == "ring_chunked" && baseline.empty()) baseline = e.label;
+  }
   std::printf("\noptireduce allreduce comparison: %d ranks (local processes), transport %s, float32 sum\n",
               cfg.ranks, cfg.transport.c_str());
-  std::printf("ratio = p50 time / Gloo ring_chunked's p50 time in this run (below 1 is faster)\n\n");
-  std::printf("%-9s %-19s %11s %11s %10s %7s %s\n", "size", "algorithm", "p50 (us)", "p99 (us)",
-              "busbw GB/s", "ratio", "check");
+  std::printf("ratio = p50 time / %s's p50 time in this run (below 1 is faster); "
+              "busbw x = its inverse (bus bandwidth relative to %s)\n\n",
+              baseline.empty() ? "ring_chunked" : baseline.c_str(),
+              baseline.empty() ? "ring_chunked" : baseline.c_str());
+  std::printf("%-9s %-24s %11s %11s %10s %7s %7s %s\n", "size", "algorithm", "p50 (us)",
+              "p99 (us)", "busbw GB/s", "ratio", "busbw x", "check");
   FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
   if (csv) {
-    std::fprintf(csv, "transport,ranks,bytes,algorithm,p50_us,p99_us,busbw_gbps,ratio_vs_ring_chunked,verified\n");
+    std::fprintf(csv, "transport,ranks,bytes,algorithm,p50_us,p99_us,busbw_gbps,ratio_vs_ring_chunked,verified,busbw_speedup_vs_ring_chunked\n");
   }
   bool all_ok = true;
   for (size_t bytes : cfg.sizes) {
     double ring_p50 = 0;
     for (const Row& r : rows) {
-      if (r.bytes == bytes && r.algo == "ring_chunked") ring_p50 = r.p50;
+      if (r.bytes == bytes && r.algo == baseline) ring_p50 = r.p50;
     }
-    for (const std::string& algo : cfg.algos) {
+    for (const Entry& e : cfg.entries) {
+      const std::string& algo = e.label;
       const Row* row = nullptr;
       for (const Row& r : rows) {
         if (r.bytes == bytes && r.algo == algo) row = &r;
       }
       if (row == nullptr) {
-        std::printf("%-9s %-19s %11s %11s %10s %7s %s\n", HumanSize(bytes).c_str(), algo.c_str(),
-                    "-", "-", "-", "-", "FAILED");
+        std::printf("%-9s %-24s %11s %11s %10s %7s %7s %s\n", HumanSize(bytes).c_str(),
+                    algo.c_str(), "-", "-", "-", "-", "-", "FAILED");
         all_ok = false;
         continue;
       }
-      char ratio[16] = "-";
-      if (ring_p50 > 0) std::snprintf(ratio, sizeof(ratio), "%.2f", row->p50 / ring_p50);
-      std::printf("%-9s %-19s %11.1f %11.1f %10.3f %7s %s\n", HumanSize(bytes).c_str(),
-                  algo.c_str(), row->p50, row->p99, row->busbw, ratio, row->ok ? "exact" : "WRONG");
+      char ratio[16] = "-", speedup[16] = "-";
+      if (ring_p50 > 0 && row->p50 > 0) {
+        std::snprintf(ratio, sizeof(ratio), "%.2f", row->p50 / ring_p50);
+        std::snprintf(speedup, sizeof(speedup), "%.2f", ring_p50 / row->p50);
+      }
+      std::printf("%-9s %-24s %11.1f %11.1f %10.3f %7s %7s %s\n", HumanSize(bytes).c_str(),
+                  algo.c_str(), row->p50, row->p99, row->busbw, ratio, speedup,
+                  row->ok ? "exact" : "WRONG");
       all_ok = all_ok && row->ok;
       if (csv) {
-        std::fprintf(csv, "%s,%d,%zu,%s,%.1f,%.1f,%.4f,%s,%d\n", cfg.transport.c_str(), cfg.ranks,
-                     bytes, algo.c_str(), row->p50, row->p99, row->busbw, ratio, row->ok);
+        std::fprintf(csv, "%s,%d,%zu,%s,%.1f,%.1f,%.4f,%s,%d,%s\n", e.transport.c_str(),
+                     cfg.ranks, bytes, e.algo.c_str(), row->p50, row->p99, row->busbw, ratio,
+                     row->ok, speedup);
       }
     }
   }
@@ -253,6 +279,7 @@ bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
 int main(int argc, char** argv) {
   using namespace optireduce::bench;
   Config cfg;
+  std::string algos_text;
   for (int i = 1; i < argc; i++) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -264,7 +291,8 @@ int main(int argc, char** argv) {
         return Usage("--ranks takes a number from 2 to 16");
     } else if (arg == "--transport") {
       cfg.transport = value();
-      if (cfg.transport != "tcp") return Usage("--transport: allowed: tcp");
+      if (AvailableTransports().find(cfg.transport) == std::string::npos || cfg.transport.empty())
+        return Usage(("--transport: '" + cfg.transport + "' is not available").c_str());
     } else if (arg == "--sizes") {
       cfg.sizes.clear();
       for (absl::string_view s : absl::StrSplit(value(), ',')) {
@@ -277,18 +305,36 @@ int main(int argc, char** argv) {
       if (!absl::SimpleAtoi(value(), &cfg.iters) || cfg.iters < 1)
         return Usage("--iters takes a positive number");
     } else if (arg == "--algos") {
-      cfg.algos.clear();
-      for (absl::string_view s : absl::StrSplit(value(), ',')) {
-        if (std::find(kAllAlgos.begin(), kAllAlgos.end(), std::string(s)) == kAllAlgos.end())
-          return Usage(("--algos: unknown algorithm '" + std::string(s) + "'").c_str());
-        cfg.algos.emplace_back(s);
-      }
+      algos_text = value();
+      if (algos_text.empty()) return Usage("--algos needs a list");
     } else if (arg == "--csv") {
       cfg.csv = value();
       if (cfg.csv.empty()) return Usage("--csv needs a file name");
     } else {
       return Usage(("unknown argument '" + arg + "'").c_str());
     }
+  }
+  // Entries: "algo" (on --transport) or "algo@transport".
+  std::vector<std::string> specs;
+  if (algos_text.empty()) {
+    specs = kAllAlgos;
+  } else {
+    for (absl::string_view s : absl::StrSplit(algos_text, ',')) specs.emplace_back(s);
+  }
+  for (const std::string& spec : specs) {
+    Entry e;
+    const size_t at = spec.find('@');
+    e.algo = spec.substr(0, at);
+    e.transport = at == std::string::npos ? cfg.transport : spec.substr(at + 1);
+    e.label = spec;
+    if (std::find(kAllAlgos.begin(), kAllAlgos.end(), e.algo) == kAllAlgos.end())
+      return Usage(("--algos: unknown algorithm '" + e.algo + "'").c_str());
+    if (e.transport == "tcp" ? false
+                             : (e.transport.empty() ||
+                                AvailableTransports().find(e.transport) == std::string::npos))
+      return Usage(("--algos: transport '" + e.transport + "' of '" + spec +
+                    "' is not available").c_str());
+    cfg.entries.push_back(e);
   }
   // Each algorithm runs in its own set of processes with fresh connections: in this Gloo
   // snapshot, running an old-style (Buffer) algorithm on a TCP context slows every later
@@ -297,13 +343,14 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string results = std::string(tmpl) + "/rows";
   int rc = 0;
-  for (const std::string& algo : cfg.algos) {
-    std::fprintf(stderr, "running %s on %d ranks...\n", algo.c_str(), cfg.ranks);
-    const int status = RunLocalRanks(cfg.ranks, cfg.transport, 600, [&](const RankEnv& env) {
-      return optireduce::bench::RankMain(env, cfg, algo, results);
+  for (const Entry& e : cfg.entries) {
+    std::fprintf(stderr, "running %s over %s on %d ranks...\n", e.algo.c_str(),
+                 e.transport.c_str(), cfg.ranks);
+    const int status = RunLocalRanks(cfg.ranks, e.transport, 600, [&](const RankEnv& env) {
+      return optireduce::bench::RankMain(env, cfg, e.algo, e.label, results);
     });
     if (status != 0) {
-      std::fprintf(stderr, "optireduce-sweep: %s failed (status %d)\n", algo.c_str(), status);
+      std::fprintf(stderr, "optireduce-sweep: %s failed (status %d)\n", e.label.c_str(), status);
       rc = 1;
     }
   }

@@ -27,6 +27,7 @@
 #endif
 #if __has_include("transport_dpdk/dpdk_device.h")
 #include "transport_dpdk/dpdk_device.h"
+#include "transport_dpdk/dpdk_eal.h"
 #define OPTIREDUCE_BENCH_HAVE_DPDK 1
 #endif
 
@@ -84,6 +85,8 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
 #ifdef OPTIREDUCE_BENCH_HAVE_DPDK
   if (spec.transport == "dpdk") {
     optireduce::transport::dpdk::attr attr;
+    attr.eal_args = spec.eal_args;
+    attr.engine.busy_poll = spec.busy_poll;
     return optireduce::transport::dpdk::CreateDevice(attr);
   }
 #endif
@@ -160,9 +163,35 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     gloo::rendezvous::FileStore store(dir);
     auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
     context->setTimeout(std::chrono::seconds(limit_seconds));
-    auto device = MakeDevice(transport);
+    DeviceSpec spec;
+    spec.transport = transport;
+    spec.hostname = "127.0.0.1";
+#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+    // One memif link per rank pair, sockets next to the FileStore's files. memif is
+    // lossless (back-pressure) and needs neither root nor hugepages.
+    if (transport == "dpdk" && std::getenv("OPTIREDUCE_EAL_ARGS") == nullptr) {
+      // OPTIREDUCE_BENCH_MEMIF_BSIZE=9216: 9000-byte frames (see dpdk_device.h).
+      const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
+      spec.eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
+                          dir, rank, size,
+                          bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10)) : 0) +
+                      " " + optireduce::transport::dpdk::DefaultEalArgs();
+    }
+#endif
+    auto device = MakeDevice(spec);
     context->connectFullMesh(store, device);
-    return body(RankEnv{rank, size, context});
+    const int status = body(RankEnv{rank, size, context});
+#ifdef OPTIREDUCE_BENCH_HAVE_UDP
+    // OPTIREDUCE_BENCH_STATS=1: each rank prints its engine's counters (datagram
+    // transports) to stderr, for finding where a slow run loses its time.
+    if (std::getenv("OPTIREDUCE_BENCH_STATS") != nullptr) {
+      if (auto* d = dynamic_cast<optireduce::transport::Device*>(device.get())) {
+        std::fprintf(stderr, "rank %d %s: %s\n", rank, d->str().c_str(),
+                     d->stats().ToString().c_str());
+      }
+    }
+#endif
+    return status;
   });
 }
 

@@ -40,12 +40,16 @@ struct DeviceSpec {
   std::string hostname;
   std::string iface;
   bool busy_poll = false;
+  // dpdk: EAL arguments (empty: OPTIREDUCE_EAL_ARGS, else DPDK's defaults). RunLocalRanks
+  // fills in a memif mesh between its ranks (sockets in its temporary directory).
+  std::string eal_args;
 };
 
 // Throws std::invalid_argument naming the transport and the allowed ones when it is not
 // available in this build, and whatever the transport throws when it cannot be created.
 std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec);
-// The local-ranks device: the transport on 127.0.0.1.
+// The local-ranks device: the transport on 127.0.0.1 (dpdk: as configured by the
+// environment; RunLocalRanks gives its dpdk ranks a memif mesh instead).
 std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport);
 // Transports this build can make ("tcp", plus "udp"/"dpdk" when their code is in).
 std::string AvailableTransports();

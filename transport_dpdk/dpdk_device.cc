@@ -33,7 +33,8 @@ std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
   return *d;
 }
 
-std::string MemifMeshEalArgs(const std::string& dir, int rank, int size) {
+std::string MemifMeshEalArgs(const std::string& dir, int rank, int size,
+                             unsigned buffer_size) {
   std::string s;
   int port = 0;
   for (int peer = 0; peer < size; ++peer) {
@@ -43,6 +44,7 @@ std::string MemifMeshEalArgs(const std::string& dir, int rank, int size) {
                     ",role=", rank == lo ? "server" : "client",
                     ",id=0,socket=", dir, "/", lo, "-", hi,
                     ".sock,socket-abstract=no");
+    if (buffer_size > 0) absl::StrAppend(&s, ",bsize=", buffer_size);
   }
   return s;
 }

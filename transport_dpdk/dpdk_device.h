@@ -31,7 +31,14 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 // EAL --vdev arguments for rank `rank` of a full memif mesh of `size` ranks
 // whose sockets live in `socket_dir` (link i<j: rank i is the server of
 // "<dir>/<i>-<j>.sock"). Port k of rank r is the link to the k-th other rank.
-std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size);
+// buffer_size > 0 gives every link packet buffers of that many bytes
+// ("bsize="; every rank must use the same), and the device then picks an MTU
+// of min(9000, buffer_size - 14) on them (see packet_io_dpdk.cc); 0 keeps
+// memif's 2048-byte buffers and MTU 1500. 9216 gives 9000-byte frames: 6x
+// fewer packets, which pays only once the engine stops retransmitting whole
+// windows on spurious RTOs (dpdk_backend.md, "Allreduce vs Gloo TCP").
+std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size,
+                             unsigned buffer_size = 0);
 
 // Creates, in this process, a full mesh of net_ring port pairs for `size`
 // endpoints (ranks as threads sharing one EAL): ring port "<prefix>_i_j"

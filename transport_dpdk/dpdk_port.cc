@@ -19,6 +19,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 
 namespace optireduce {
 namespace transport {
@@ -122,6 +123,23 @@ absl::StatusOr<uint16_t> FindPort(const std::string& spec) {
       "dpdk port '", spec, "' not found; ports: ", ListPorts()));
 }
 
+uint32_t OpenPort::MemifBufferSize(uint16_t port_id) {
+  rte_eth_dev_info info{};
+  if (rte_eth_dev_info_get(port_id, &info) != 0 || info.driver_name == nullptr ||
+      std::string(info.driver_name) != "net_memif" || info.device == nullptr) {
+    return 0;
+  }
+  const rte_devargs* da = rte_dev_devargs(info.device);
+  if (da == nullptr || da->args == nullptr) return 0;
+  for (absl::string_view kv : absl::StrSplit(da->args, ',')) {
+    if (absl::ConsumePrefix(&kv, "bsize=")) {
+      uint32_t v = 0;
+      if (absl::SimpleAtoi(kv, &v)) return v;
+    }
+  }
+  return 0;
+}
+
 uint32_t OpenPort::PortMtu(uint16_t port_id) {
   uint16_t mtu = 0;
   if (rte_eth_dev_get_mtu(port_id, &mtu) != 0) return 0;
@@ -188,7 +206,7 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   const uint32_t room = std::max<uint32_t>(
       RTE_PKTMBUF_HEADROOM + ((req.max_frame + 63) / 64) * 64,
       RTE_MBUF_DEFAULT_BUF_SIZE);
-  const uint32_t count = rxd + txd + 512;
+  const uint32_t count = rxd + txd + 512 + req.extra_mbufs;
   {
     std::lock_guard<std::mutex> lock(RegistryMu());
     for (PoolEntry& e : Pools()) {

@@ -30,6 +30,7 @@ struct PortRequest {
   uint32_t rx_descriptors = 1024;
   uint32_t tx_descriptors = 1024;
   uint32_t mtu = 0;        // IP MTU to set if the port's is smaller
+  uint32_t extra_mbufs = 0;  // mbufs the caller holds outside the rings (TX backlog)
 };
 
 // What the port is, when it is a memif (see dpdk_port.cc: start order).
@@ -69,6 +70,9 @@ class OpenPort {
 
   // The MTU the port reports (0 if it does not say).
   static uint32_t PortMtu(uint16_t port_id);
+  // The packet buffer size a net_memif port was given with its "bsize="
+  // devarg; 0 when the port is not a memif or has no bsize devarg.
+  static uint32_t MemifBufferSize(uint16_t port_id);
 
  private:
   OpenPort() = default;

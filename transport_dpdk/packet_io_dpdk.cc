@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -87,9 +88,22 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
 
   // MTU: IPv4 + UDP headers + the engine's datagram.
   uint32_t mtu = a.mtu;
+  bool set_mtu = a.mtu != 0;
   if (mtu == 0) {
     mtu = dpdk::OpenPort::PortMtu(ids[0]);
     if (mtu == 0) mtu = 1500;
+    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs's
+    // buffer_size): frames up to the buffer size, up to 9000, so 6x fewer
+    // packets (headers, checksums, CRC, acks). memif's own MTU (1500) says
+    // nothing about its buffers, and frames longer than a buffer take
+    // 22.11's chained-buffer path, which duplicated frames in our runs:
+    // every rank must use the same bsize.
+    uint32_t bsize = UINT32_MAX;
+    for (uint16_t id : ids) bsize = std::min(bsize, dpdk::OpenPort::MemifBufferSize(id));
+    if (bsize != UINT32_MAX && bsize > dpdk::kEthHeader + 1500) {
+      mtu = std::max<uint32_t>(mtu, std::min<uint32_t>(9000, bsize - dpdk::kEthHeader));
+      set_mtu = true;
+    }
     mtu = std::min<uint32_t>(mtu, 9000);
   }
   const uint32_t overhead = dpdk::kIpv4Header + dpdk::kUdpHeader;
@@ -113,11 +127,12 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
       1, a.engine.window_bytes / io->max_datagram_ / ids.size());
   dpdk::PortRequest req;
   req.max_frame = mtu + dpdk::kEthHeader;
-  req.mtu = a.mtu;
+  req.mtu = set_mtu ? mtu : 0;
   req.rx_descriptors = a.rx_descriptors
                            ? a.rx_descriptors
                            : std::clamp<uint32_t>(NextPow2(window_frames), 512, 4096);
   req.tx_descriptors = a.tx_descriptors ? a.tx_descriptors : 1024;
+  req.extra_mbufs = kTxBacklogFrames;
   for (uint16_t id : ids) {
     auto port = dpdk::OpenPort::Open(id, req);
     if (!port.ok()) return port.status();
@@ -168,12 +183,21 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   }
   io->port_learned_.assign(io->ports_.size(), false);
   io->tx_stash_.resize(io->ports_.size());
+  io->tx_backlog_.resize(io->ports_.size());
+  for (TxBacklog& b : io->tx_backlog_) b.ring.assign(kTxBacklogFrames, nullptr);
+  if (const char* env = std::getenv("OPTIREDUCE_DPDK_TX_BACKLOG")) {
+    io->backlog_cap_ = std::clamp<uint32_t>(
+        static_cast<uint32_t>(std::strtoul(env, nullptr, 10)), 32, kTxBacklogFrames);
+  }
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
   if (io->ports_.size() > 1) io->SendHellos();
   return io;
 }
 
 DpdkPacketIo::~DpdkPacketIo() {
+  for (TxBacklog& b : tx_backlog_) {
+    for (; b.head != b.tail; ++b.head) rte_pktmbuf_free(b.ring[b.head % kTxBacklogFrames]);
+  }
   for (Stash& st : tx_stash_) {
     if (st.next < st.n) rte_pktmbuf_free_bulk(st.m + st.next, st.n - st.next);
   }
@@ -281,30 +305,53 @@ rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
   return m;
 }
 
+void DpdkPacketIo::DrainBacklog(size_t pi) {
+  TxBacklog& b = tx_backlog_[pi];
+  const dpdk::OpenPort& port = *ports_[pi];
+  if (b.size() == 0 || !port.started()) return;
+  uint32_t sent_total = 0;
+  while (b.size() > 0) {
+    // The contiguous run from head (the ring wraps).
+    const uint32_t at = b.head % kTxBacklogFrames;
+    const uint32_t run = std::min<uint32_t>(b.size(), kTxBacklogFrames - at);
+    const uint16_t want = static_cast<uint16_t>(std::min<uint32_t>(run, 512));
+    const uint16_t sent = rte_eth_tx_burst(port.id(), 0, &b.ring[at], want);
+    b.head += sent;
+    sent_total += sent;
+    if (sent < want) break;  // ring full: the rest waits
+  }
+  if (sent_total) {
+    Count(c_.tx_frames, sent_total);
+    backlog_frames_.fetch_sub(sent_total, std::memory_order_relaxed);
+  }
+}
+
+void DpdkPacketIo::DrainBacklogs() {
+  if (backlog_frames_.load(std::memory_order_relaxed) == 0) return;
+  for (size_t pi = 0; pi < ports_.size(); ++pi) DrainBacklog(pi);
+}
+
+bool DpdkPacketIo::Enqueue(size_t pi, rte_mbuf* m) {
+  TxBacklog& b = tx_backlog_[pi];
+  if (b.size() >= backlog_cap_) {
+    DrainBacklog(pi);
+    if (b.size() >= backlog_cap_) return false;
+  }
+  b.ring[b.tail % kTxBacklogFrames] = m;
+  ++b.tail;
+  backlog_frames_.fetch_add(1, std::memory_order_relaxed);
+  return true;
+}
+
 size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
+  // Frames go through the port's backlog (in order); most leave at once in
+  // the drain below, the rest on the next call.
+  DrainBacklogs();
   size_t done = 0;
-  rte_mbuf* batch[kBurst];
-  size_t nb = 0;
-  int batch_port = -1;
-  // Sends the batch; false if the port took only part of it.
-  auto flush = [&]() -> bool {
-    const uint16_t sent = !ports_[batch_port]->started() ? 0 : rte_eth_tx_burst(ports_[batch_port]->id(), 0, batch,
-                                           static_cast<uint16_t>(nb));
-    done += sent;
-    Count(c_.tx_frames, sent);
-    const bool all = sent == nb;
-    if (!all) {
-      rte_pktmbuf_free_bulk(batch + sent, static_cast<unsigned>(nb - sent));
-      Count(c_.tx_backpressure);
-    }
-    nb = 0;
-    return all;
-  };
   for (size_t i = 0; i < n; ++i) {
     const TxDatagram& t = d[i];
     if (t.peer >= peers_.size() || t.head_len + t.body_len > max_datagram_) {
       // The engine never does this; treat it as a loss rather than stall.
-      if (nb && !flush()) return done;
       ++done;
       continue;
     }
@@ -313,28 +360,36 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
     if (port < 0) {
       // Mesh link to this peer not learned yet: flood (the wrong receivers
       // drop it by MAC). Best effort, like any datagram.
-      if (nb && !flush()) return done;
       for (size_t p = 0; p < ports_.size(); ++p) {
         if (!ports_[p]->started()) continue;
         rte_mbuf* m = BuildFrame(p, t, dst);
         if (!m) continue;
-        if (rte_eth_tx_burst(ports_[p]->id(), 0, &m, 1) != 1) rte_pktmbuf_free(m);
+        if (!Enqueue(p, m)) rte_pktmbuf_free(m);
       }
       Count(c_.tx_flooded);
       ++done;
       continue;
     }
-    if (nb && (port != batch_port || nb == kBurst) && !flush()) return done;
-    rte_mbuf* m = BuildFrame(static_cast<size_t>(port), t, dst);
-    if (!m) {  // pool exhausted: backpressure
-      if (nb) flush();
-      Count(c_.tx_backpressure);
-      return done;
+    const size_t pi = static_cast<size_t>(port);
+    if (tx_backlog_[pi].size() >= backlog_cap_) {
+      DrainBacklog(pi);
+      if (tx_backlog_[pi].size() >= backlog_cap_) {
+        Count(c_.tx_backpressure, n - i);
+        break;  // this link is full; datagrams [i, n) are refused
+      }
     }
-    batch_port = port;
-    batch[nb++] = m;
+    rte_mbuf* m = BuildFrame(pi, t, dst);
+    if (!m) {  // pool exhausted: backpressure
+      Count(c_.tx_backpressure, n - i);
+      break;
+    }
+    Enqueue(pi, m);  // cannot fail: checked for room above
+    ++done;
   }
-  if (nb) flush();
+  const uint32_t before = backlog_frames_.load(std::memory_order_relaxed);
+  DrainBacklogs();
+  const uint32_t after = backlog_frames_.load(std::memory_order_relaxed);
+  if (after > 0 && after >= before) Count(c_.tx_deferred, after);
   return done;
 }
 
@@ -367,6 +422,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
     rx_held_.clear();
   }
   size_t linear_used = 0;
+  DrainBacklogs();
   const auto now = std::chrono::steady_clock::now();
   for (auto& p : ports_) p->Watchdog(now);
   if (ports_.size() > 1) SendHellos();
@@ -436,6 +492,11 @@ void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
   // sleep (the engine grows the timeout while idle), but return at once on
   // Wake().
   if (timeout.count() <= 0) return;
+  // Frames wait in a TX backlog for a ring to free up: come back soon (the
+  // drain itself runs under the engine's lock, in RxBurst / TxBurst).
+  if (backlog_frames_.load(std::memory_order_relaxed) > 0) {
+    timeout = std::min(timeout, std::chrono::microseconds(20));
+  }
   pollfd fd = {wake_fd_, POLLIN, 0};
   timespec ts;
   ts.tv_sec = timeout.count() / 1000000;
@@ -475,6 +536,7 @@ DpdkPacketIo::Counters DpdkPacketIo::counters() const {
   auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
   r.tx_frames = ld(c_.tx_frames);
   r.tx_backpressure = ld(c_.tx_backpressure);
+  r.tx_deferred = ld(c_.tx_deferred);
   r.tx_flooded = ld(c_.tx_flooded);
   r.rx_frames = ld(c_.rx_frames);
   r.rx_delivered = ld(c_.rx_delivered);
@@ -490,7 +552,8 @@ DpdkPacketIo::Counters DpdkPacketIo::counters() const {
 std::string DpdkPacketIo::CountersString() const {
   Counters c = counters();
   std::string s = absl::StrCat("tx ", c.tx_frames, " (flooded ", c.tx_flooded,
-                               ", backpressure ", c.tx_backpressure, "), rx ",
+                               ", backpressure ", c.tx_backpressure, ", deferred ",
+                               c.tx_deferred, "), rx ",
                                c.rx_frames, " delivered ", c.rx_delivered,
                                ", hellos ", c.hellos_sent, "/", c.hellos_received);
   for (const auto& p : ports_) {

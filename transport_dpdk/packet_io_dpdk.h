@@ -46,7 +46,8 @@ class DpdkPacketIo : public PacketIo {
 
   struct Counters {
     uint64_t tx_frames = 0;       // datagrams handed to a port
-    uint64_t tx_backpressure = 0; // bursts cut short by a full ring / pool
+    uint64_t tx_backpressure = 0; // datagrams refused (backlog full / pool empty)
+    uint64_t tx_deferred = 0;     // frames that waited in a port's backlog
     uint64_t tx_flooded = 0;      // datagrams sent on every mesh port
     uint64_t rx_frames = 0;       // frames received (all kinds)
     uint64_t rx_delivered = 0;    // datagrams handed to the engine
@@ -63,6 +64,8 @@ class DpdkPacketIo : public PacketIo {
   size_t port_count() const { return ports_.size(); }
   // Bytes the receive rings can hold (for the engine's incast window).
   size_t RxBufferBytes() const;
+  // Frames a port's software transmit backlog holds (see TxBacklog).
+  static constexpr unsigned kTxBacklogFrames = 2048;
   // Test hook: sends a raw frame on port `index` (no framing, no checks).
   bool SendRawFrame(size_t index, const uint8_t* frame, size_t len);
 
@@ -96,11 +99,30 @@ class DpdkPacketIo : public PacketIo {
     unsigned n = 0, next = 0;
   };
   std::vector<Stash> tx_stash_;  // per port
+  // Per port: built frames the port's TX ring did not take yet, sent first
+  // (in order) on the next TxBurst / RxBurst. A full memif ring (the peer is
+  // slower) or a busy af_packet ring then costs a short wait instead of a
+  // loss the engine would have to detect and retransmit, and a full link to
+  // one peer no longer refuses the datagrams behind it for other peers.
+  struct TxBacklog {
+    std::vector<rte_mbuf*> ring;  // kTxBacklogFrames slots
+    uint32_t head = 0, tail = 0;  // free-running; size = tail - head
+    uint32_t size() const { return tail - head; }
+  };
+  std::vector<TxBacklog> tx_backlog_;
+  std::atomic<uint32_t> backlog_frames_{0};  // all ports (read by WaitForInput)
+  uint32_t backlog_cap_ = kTxBacklogFrames;  // env OPTIREDUCE_DPDK_TX_BACKLOG, 32..2048
+  // Sends what port `pi`'s backlog holds, as far as its ring takes it.
+  void DrainBacklog(size_t pi);
+  void DrainBacklogs();
+  // Queues a built frame on port `pi` (drains first when full); false if
+  // the backlog stays full (the frame is not taken).
+  bool Enqueue(size_t pi, rte_mbuf* m);
   std::vector<std::vector<uint8_t>> rx_linear_;  // multi-segment frames
   size_t rx_next_port_ = 0;
 
   struct AtomicCounters {
-    std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_flooded{0},
+    std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_deferred{0}, tx_flooded{0},
         rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0};
     std::atomic<uint64_t> rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
   } c_;

@@ -2,10 +2,8 @@
 // namespace with one end of a veth pair; the other ends hang off one Linux
 // bridge, which switches our Ethernet frames by MAC. Needs root; the fixture
 // removes namespaces, veths and the bridge even when a test fails.
-#include <fcntl.h>
 #include <gloo/rendezvous/file_store.h>
 #include <gtest/gtest.h>
-#include <sched.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -20,52 +18,6 @@ namespace testing {
 namespace {
 
 namespace dpdk = transport::dpdk;
-
-int Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
-
-// A bridge and `n` namespaces, each with a veth whose peer is on the bridge.
-class BridgedNamespaces {
- public:
-  explicit BridgedNamespaces(int n) : n_(n) {
-    static int counter = 0;
-    tag_ = std::to_string(getpid() % 100000) + std::to_string(counter++);
-    ok_ = Sh("ip link add " + Bridge() + " type bridge") == 0 &&
-          Sh("ip link set " + Bridge() + " up") == 0;
-    for (int r = 0; r < n && ok_; ++r) {
-      ok_ = Sh("ip netns add " + Ns(r)) == 0 &&
-            Sh("ip link add " + Inner(r) + " type veth peer name " + Outer(r)) == 0 &&
-            Sh("ip link set " + Inner(r) + " netns " + Ns(r)) == 0 &&
-            Sh("ip link set " + Outer(r) + " master " + Bridge() + " up") == 0 &&
-            Sh("ip -n " + Ns(r) + " link set " + Inner(r) + " up") == 0;
-    }
-  }
-  ~BridgedNamespaces() {
-    for (int r = 0; r < n_; ++r) {
-      Sh("ip netns del " + Ns(r));     // takes the inner veth (and its peer)
-      Sh("ip link del " + Outer(r));   // in case the move never happened
-    }
-    Sh("ip link del " + Bridge());
-  }
-  bool ok() const { return ok_; }
-  std::string Bridge() const { return "orb" + tag_; }
-  std::string Ns(int r) const { return "orns" + tag_ + "_" + std::to_string(r); }
-  std::string Inner(int r) const { return "orv" + tag_ + "_" + std::to_string(r); }
-  std::string Outer(int r) const { return "orh" + tag_ + "_" + std::to_string(r); }
-
- private:
-  int n_;
-  std::string tag_;
-  bool ok_ = false;
-};
-
-std::string EnterNamespace(const std::string& ns) {
-  const std::string path = "/var/run/netns/" + ns;
-  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return "cannot open " + path;
-  const int rc = setns(fd, CLONE_NEWNET);
-  close(fd);
-  return rc == 0 ? "" : "setns " + ns + " failed";
-}
 
 std::string RunRank(const BridgedNamespaces& net, const std::string& dir, int rank,
                     int size, const GlooCaseList& list) {

@@ -1,6 +1,8 @@
 #include "tests/dpdk/dpdk_test_util.h"
 
+#include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -113,6 +115,39 @@ std::vector<std::string> RunForked(int n, const std::function<std::string(int)>&
     }
   }
   return errors;
+}
+
+int Sh(const std::string& cmd) { return std::system((cmd + " >/dev/null 2>&1").c_str()); }
+
+BridgedNamespaces::BridgedNamespaces(int n) : n_(n) {
+  static int counter = 0;
+  tag_ = std::to_string(getpid() % 100000) + std::to_string(counter++);
+  ok_ = Sh("ip link add " + Bridge() + " type bridge") == 0 &&
+        Sh("ip link set " + Bridge() + " up") == 0;
+  for (int r = 0; r < n && ok_; ++r) {
+    ok_ = Sh("ip netns add " + Ns(r)) == 0 &&
+          Sh("ip link add " + Inner(r) + " type veth peer name " + Outer(r)) == 0 &&
+          Sh("ip link set " + Inner(r) + " netns " + Ns(r)) == 0 &&
+          Sh("ip link set " + Outer(r) + " master " + Bridge() + " up") == 0 &&
+          Sh("ip -n " + Ns(r) + " link set " + Inner(r) + " up") == 0;
+  }
+}
+
+BridgedNamespaces::~BridgedNamespaces() {
+  for (int r = 0; r < n_; ++r) {
+    Sh("ip netns del " + Ns(r));     // takes the inner veth (and its peer)
+    Sh("ip link del " + Outer(r));   // in case the move never happened
+  }
+  Sh("ip link del " + Bridge());
+}
+
+std::string EnterNamespace(const std::string& ns) {
+  const std::string path = "/var/run/netns/" + ns;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "cannot open " + path;
+  const int rc = setns(fd, CLONE_NEWNET);
+  close(fd);
+  return rc == 0 ? "" : "setns " + ns + " failed";
 }
 
 GlooCaseList StandardCases() {

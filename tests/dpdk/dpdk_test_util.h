@@ -30,6 +30,35 @@ class TempDir {
 std::vector<std::string> RunForked(int n, const std::function<std::string(int)>& fn,
                                    std::chrono::seconds timeout);
 
+// Runs `cmd` through the shell with its output discarded; the exit status.
+int Sh(const std::string& cmd);
+
+// A Linux bridge and `n` network namespaces, each holding one end ("inner")
+// of a veth pair whose other end ("outer") is a port of the bridge in the
+// root namespace. Needs root. The destructor removes namespaces, veths (and
+// with them any qdisc/filter on them) and the bridge, also after a failure.
+class BridgedNamespaces {
+ public:
+  explicit BridgedNamespaces(int n);
+  ~BridgedNamespaces();
+  BridgedNamespaces(const BridgedNamespaces&) = delete;
+  BridgedNamespaces& operator=(const BridgedNamespaces&) = delete;
+  bool ok() const { return ok_; }
+  int size() const { return n_; }
+  std::string Bridge() const { return "orb" + tag_; }
+  std::string Ns(int r) const { return "orns" + tag_ + "_" + std::to_string(r); }
+  std::string Inner(int r) const { return "orv" + tag_ + "_" + std::to_string(r); }
+  std::string Outer(int r) const { return "orh" + tag_ + "_" + std::to_string(r); }
+
+ private:
+  int n_;
+  std::string tag_;
+  bool ok_ = false;
+};
+
+// Moves the calling process into network namespace `ns`; "" or the error.
+std::string EnterNamespace(const std::string& ns);
+
 // Runs the standard cases (allreduce, AllreduceRing, broadcast, allgather,
 // sendrecv, ...) at sizes up to 4 MiB on a connected context; "" or the
 // first error.
