@@ -118,6 +118,9 @@ struct Peer {
   std::deque<TxRecord> unacked;
   uint64_t inflight_bytes = 0;
   uint64_t highest_sacked = 0;  // one past
+  // The retransmission timer restarts whenever an ack moves the window: a progress
+  // thread descheduled for a while must not make every packet in flight look lost.
+  Clock::time_point last_ack_progress{};
   std::deque<uint64_t> fast_queue;
   std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
   std::deque<std::shared_ptr<OutMsg>> data_queue;
@@ -304,9 +307,12 @@ void Engine::Impl::Run() {
 
 bool Engine::Impl::Poll(Clock::time_point* deadline) {
   bool worked = false;
-  const size_t n = io->RxBurst(rx, kBurst);
-  for (size_t i = 0; i < n; ++i) HandleDatagram(rx[i].data, rx[i].len);
-  worked = n > 0;
+  for (int round = 0; round < 4; ++round) {
+    const size_t n = io->RxBurst(rx, kBurst);
+    for (size_t i = 0; i < n; ++i) HandleDatagram(rx[i].data, rx[i].len);
+    if (n) worked = true;
+    if (n < kBurst) break;
+  }
   const auto now = Clock::now();
   *deadline = now + opts.max_sleep;
   tx_blocked = false;
@@ -402,10 +408,13 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
   if (!p.unacked.empty()) {
     const us rto = p.rtt.rto();
     TxRecord& front = p.unacked.front();
-    if (now - front.last_sent >= rto) {
+    const auto since = std::max(front.last_sent, p.last_ack_progress);
+    if (now - since >= rto) {
       Bump(stats.rto_events);
       p.rtt.Backoff();
-      int budget = kPeerBudget * 4;
+      // Like TCP: an RTO resends the oldest packet only; SACK-driven fast retransmits
+      // recover the rest (resending a whole window delays the very acks it waits for).
+      int budget = 1;
       for (TxRecord& r : p.unacked) {
         if (budget == 0) break;
         if (!r.acked && now - r.last_sent >= rto) {
@@ -414,7 +423,7 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
         }
       }
     }
-    const auto due = p.unacked.front().last_sent + p.rtt.rto();
+    const auto due = std::max(p.unacked.front().last_sent, p.last_ack_progress) + p.rtt.rto();
     if (due < *deadline) *deadline = due;
   }
   // 2. Fast retransmits found by the last acks.
@@ -724,7 +733,10 @@ void Engine::Impl::HandleAck(Ctx& c, Peer& p, const WireHeader& h,
     p.unacked.pop_front();
     ++p.unacked_base;
   }
-  if (advanced) p.rtt.ResetBackoff();
+  if (advanced) {
+    p.rtt.ResetBackoff();
+    p.last_ack_progress = now;
+  }
   // Fast retransmit: a packet with at least 3 later packets acknowledged,
   // not (re)sent within the last smoothed RTT, is presumed lost.
   if (p.highest_sacked > p.unacked_base + 3) {

@@ -2,6 +2,7 @@
 // initialises its own EAL with one memif vdev per peer link).
 #include <gloo/rendezvous/file_store.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -172,10 +173,19 @@ std::string PacketIoEcho(const std::string& dir, int rank) {
       }
     }
     // Stay until rank 0 has its echoes (it exits the loop first otherwise
-    // and memif would lose the tail when we close).
+    // and memif would lose the tail when we close), and keep driving the
+    // port meanwhile: the last echoes may wait in its TX backlog for room in
+    // the ring, and only RxBurst/TxBurst calls drain it.
     store.set("done1", {'1'});
-    store.wait({"done0"}, std::chrono::seconds(30));
+    const std::string rank0_done = dir + "/rank0_done";
+    while (access(rank0_done.c_str(), F_OK) != 0) {
+      if (expired()) return "rank 0 never finished; " + io.CountersString();
+      RxDatagram rx[32];
+      io.RxBurst(rx, 32);
+      io.WaitForInput(std::chrono::microseconds(200));
+    }
   } else {
+    std::fclose(std::fopen((dir + "/rank0_done").c_str(), "w"));
     store.set("done0", {'1'});
     store.wait({"done1"}, std::chrono::seconds(30));
   }
