@@ -250,7 +250,7 @@ std::string DeviceStats(const std::shared_ptr<optireduce::transport::Device>& d)
 // ---- soak ------------------------------------------------------------------------------
 
 int Soak(int size) {
-  double seconds = 60;
+  double seconds = 60;  // and at least 2 x kWarmOps iterations
   if (const char* env = std::getenv("OPTIREDUCE_SOAK_SECONDS")) seconds = std::atof(env);
   if (g_args.count("seconds")) seconds = std::stod(g_args["seconds"]);
   const long rss_start = RssKiB();
@@ -265,26 +265,34 @@ int Soak(int size) {
   topts.max_quiet = std::chrono::milliseconds(20);
   auto policy = std::make_shared<TimeoutPolicy>(topts);
 
+  constexpr uint64_t kWarmOps = 300;
   const size_t tar_sizes[] = {1, 4097, 65536};
   const size_t ring_sizes[] = {1, 1000, 32768};
   const auto start = Clock::now();
   uint64_t iterations = 0, tar_ops = 0, ring_ops = 0, bounded_ops = 0, calibration_ops = 0;
   uint64_t damaged = 0, repaired = 0;
-  double worst_ratio = 0, worst_rel = 0, loss_sum = 0;
+  double worst_ratio = 0, worst_rel = 0, loss_sum = 0, bound_sum = 0;
+  double tar_s = 0, ring_s = 0, bounded_s = 0;
   long rss_warm = -1;
   uint64_t warm_iteration = 0;
   for (int32_t stop = 0; stop == 0; iterations++) {
     const uint64_t step = iterations;
     // Rank 0 decides when to stop; the flag rides on the reliable TAR every rank runs.
-    stop = (g_rank == 0 && Since(start) >= seconds) ? 1 : 0;
+    // At least 2 x warm-up operations, so that RSS is compared over as many again.
+    stop = (g_rank == 0 && Since(start) >= seconds && bounded_ops >= 2 * kWarmOps) ? 1 : 0;
+    auto t0 = Clock::now();
     std::string err = ReliableTar(ctx, tar_sizes[step % 3], step, &stop,
                                   std::chrono::milliseconds(30000));
     CHECK_OR_DIE(err.empty(), "%s", err.c_str());
     tar_ops++;
+    tar_s += Since(t0);
+    t0 = Clock::now();
     err = GlooRing(ctx, ring_sizes[step % 3], step);
     CHECK_OR_DIE(err.empty(), "%s", err.c_str());
     ring_ops++;
-    BoundedResult r = Bounded(ctx, grads, step, policy, /*max_loss=*/0.02);
+    ring_s += Since(t0);
+    BoundedResult r = Bounded(ctx, grads, step, policy, /*max_loss=*/0.05);
+    bounded_s += r.seconds;
     CHECK_OR_DIE(r.finite, "bounded step %lu returned a non-finite value: %s",
                  (unsigned long)step, r.stats.ToJson().c_str());
     if (r.stats.mode == "calibration") {
@@ -305,12 +313,14 @@ int Soak(int size) {
       worst_ratio = std::max(worst_ratio, r.seconds * 1000 / std::max(1e-3, r.stats.bound_ms));
       worst_rel = std::max(worst_rel, r.rel_l2);
       loss_sum += r.stats.loss_pct;
+      bound_sum += r.stats.bound_ms;
       damaged += r.stats.damaged;
       repaired += r.stats.phase[0].repaired || r.stats.phase[1].repaired;
     }
-    // Warm-up: thread-local scratch, the detached-copy budget of repair sources (64 MiB)
-    // and the allocator's arenas fill during the first few hundred operations.
-    if (rss_warm < 0 && bounded_ops >= 300 && Since(start) >= seconds / 3) {
+    // Warm-up: thread-local scratch, the allocator's arenas and the detached copies that
+    // serve late repairs (BoundedSources: 64 MiB budget, one 256 KiB shard per operation,
+    // so full after 256 operations) fill during the first few hundred operations.
+    if (rss_warm < 0 && bounded_ops >= kWarmOps) {
       rss_warm = RssKiB();
       warm_iteration = iterations;
     }
@@ -323,12 +333,14 @@ int Soak(int size) {
   std::printf("rank %d soak: %.1f s, %lu iterations, %lu reliable TAR + %lu gloo ring + %lu "
               "bounded (%lu calibration) collectives; bounded: %lu repaired, %lu damaged, "
               "mean loss %.3f%%, worst duration/bound %.2f, worst rel L2 %.2e; RSS KiB start "
-              "%ld, after warm-up (iteration %lu) %ld, end %ld\n  device: %s\n",
+              "%ld, after warm-up (iteration %lu) %ld, end %ld\n  time in TAR %.1f s, ring %.1f "
+              "s, bounded %.1f s (mean bound %.1f ms)\n  device: %s\n",
               g_rank, Since(start), (unsigned long)iterations, (unsigned long)tar_ops,
               (unsigned long)ring_ops, (unsigned long)(bounded_ops + calibration_ops),
               (unsigned long)calibration_ops, (unsigned long)repaired, (unsigned long)damaged,
               bounded_ops ? loss_sum / bounded_ops : 0.0, worst_ratio, worst_rel, rss_start,
-              (unsigned long)warm_iteration, rss_warm, rss_end, DeviceStats(device).c_str());
+              (unsigned long)warm_iteration, rss_warm, rss_end, tar_s, ring_s, bounded_s,
+              bounded_ops ? bound_sum / bounded_ops : 0.0, DeviceStats(device).c_str());
   std::fflush(stdout);
   Touch(g_args["info"] + "/soak." + std::to_string(g_rank),
         std::to_string(iterations) + " " + std::to_string(rss_start) + " " +
