@@ -38,7 +38,7 @@ ASAN_TARGETS=(transport_unit_test transport_loop_test transport_worker transport
               redis_store_test gloo_ext_config_test fuzz_wire_format_corpus
               fuzz_bounded_receiver_corpus fuzz_config_corpus fuzz_redis_url_corpus)
 TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test
-              bounded_transpose_test optireduce_mode_test reliability_worker)
+              bounded_transpose_test optireduce_mode_test)
 
 # ASan+UBSan: everything in the listed suites except
 #  - OptiReduceModeUdp.OnePercentDropIsMeasuredAndSmall: asserts the measured loss against
