@@ -48,9 +48,14 @@ TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test
 #  - reliability tests (soak, peer kill): timing-based, run in the normal build.
 ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
 ASAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
-# TSan: the tests that run the progress thread against application threads.
-TSAN_REGEX='^(transport\.(Ranks/LoopConformance|Specs/LoopFaults|LoopDevice|Ranks/UdpConformance\.AllCollectivesExact/4|Specs/UdpFaults|Workers\.PeerKilled)|BoundedTranspose|OptiReduceMode)'
-TSAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|HadamardShrinksMaxErrorFivefold'
+# TSan: the tests that run the progress thread against application threads. Left out:
+# tests that assert a phase's end or duration against a deadline (instrumented code is
+# 5-15x slower, so phases end by deadline: NoFaultsEqualsExactSum, StragglerCosts...,
+# HadamardShrinks..., OnePercentDrop..., NoFaultsIsExactInBoundedTime, whose 4 processes
+# also need >120 s to draw their gradients under TSan) and the 5-rank loop conformance
+# (>2 min, nothing the 4-rank case does not run).
+TSAN_REGEX='^(transport\.(Ranks/LoopConformance\.AllCollectivesExact/[234]|Specs/LoopFaults|LoopDevice|Ranks/UdpConformance\.AllCollectivesExact/4|Specs/UdpFaults|Workers\.PeerKilled)|BoundedTranspose|OptiReduceMode)'
+TSAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|HadamardShrinksMaxErrorFivefold|StragglerCostsOnlyItsContribution|NoFaultsIsExactInBoundedTime|NoFaultsEqualsExactSum'
 
 run_asan() {
   configure build-asan address,undefined
