@@ -318,8 +318,8 @@ int Soak(int size) {
       repaired += r.stats.phase[0].repaired || r.stats.phase[1].repaired;
     }
     // Warm-up: thread-local scratch, the allocator's arenas and the detached copies that
-    // serve late repairs (BoundedSources: 64 MiB budget, one 256 KiB shard per operation,
-    // so full after 256 operations) fill during the first few hundred operations.
+    // serve late repairs (BoundedSources keeps a bounded number/budget of them) reach
+    // their plateau during the first few hundred operations.
     if (rss_warm < 0 && bounded_ops >= kWarmOps) {
       rss_warm = RssKiB();
       warm_iteration = iterations;
