@@ -328,6 +328,15 @@ void WarnNoBoundedService() {
   });
 }
 
+// A phase ended at its deadline and no repair made it complete: the operation's duration
+// says only that it needed at least the bound.
+bool CutByDeadline(const OpStats& stats) {
+  for (const PhaseStats& p : stats.phase) {
+    if (p.end == PhaseEnd::kDeadline && p.bytes_received < p.bytes_expected) return true;
+  }
+  return false;
+}
+
 void Run(const Job& job) {
   const Impl& g = job.gloo;
   const size_t bytes = g.elements * g.elementSize;
@@ -387,7 +396,12 @@ void Run(const Job& job) {
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     stats.duration_ms = elapsed.count() / 1000.0;
     if (job.bounded && g.elements > 0) {
-      job.policy->Record(bytes, elapsed);
+      if (stats.mode == "bounded" && CutByDeadline(stats)) {
+        job.policy->RecordCut(bytes, std::chrono::microseconds(
+                                         static_cast<int64_t>(stats.bound_ms * 1000)));
+      } else {
+        job.policy->Record(bytes, elapsed);
+      }
       StatsRegistry::Get().Record(stats);
     }
     if (job.stats_out != nullptr) *job.stats_out = stats;

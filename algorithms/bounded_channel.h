@@ -84,6 +84,10 @@ class BoundedChannel {
 
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;
+
+  // Feedback after each operation: the fraction of the bytes this rank expected that did
+  // not arrive before its phases ended. The transport adapts its incast control to it.
+  virtual void OnOperationDone(double loss_fraction) { (void)loss_fraction; }
 };
 
 // The bounded channel of a context whose transport has one, else nullptr.

@@ -192,6 +192,7 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;
   stats->loss_pct = expected == 0 ? 0.0 : 100.0 * (1.0 - static_cast<double>(received) / expected);
   stats->damaged = stats->loss_pct > 100.0 * a.max_loss;
+  a.channel->OnOperationDone(stats->loss_pct / 100.0);
 }
 
 }  // namespace optireduce

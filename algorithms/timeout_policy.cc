@@ -13,11 +13,19 @@ bool TimeoutPolicy::Calibrating(size_t bytes) const {
 }
 
 void TimeoutPolicy::Record(size_t bytes, std::chrono::microseconds duration) {
+  Add(bytes, duration.count(), /*cut=*/false);
+}
+
+void TimeoutPolicy::RecordCut(size_t bytes, std::chrono::microseconds bound_in_effect) {
+  Add(bytes, bound_in_effect.count(), /*cut=*/true);
+}
+
+void TimeoutPolicy::Add(size_t bytes, int64_t us, bool cut) {
   std::lock_guard<std::mutex> lock(mu_);
   History& h = by_size_[bytes];
   if (h.calibration_seen < options_.calibration_ops) h.calibration_seen++;
-  h.durations_us.push_back(duration.count());
-  while (h.durations_us.size() > options_.history) h.durations_us.pop_front();
+  h.samples.push_back({us, cut});
+  while (h.samples.size() > options_.history) h.samples.pop_front();
 }
 
 TimeoutOptions TimeoutPolicy::options() const {
@@ -33,21 +41,27 @@ void TimeoutPolicy::Configure(const TimeoutOptions& options) {
 
 TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
   int64_t p = 0;
+  bool p_cut = false;
   TimeoutOptions options;
   {
     std::lock_guard<std::mutex> lock(mu_);
     options = options_;
     auto it = by_size_.find(bytes);
-    if (it != by_size_.end() && !it->second.durations_us.empty()) {
-      std::vector<int64_t> v(it->second.durations_us.begin(), it->second.durations_us.end());
+    if (it != by_size_.end() && !it->second.samples.empty()) {
+      std::vector<History::Sample> v(it->second.samples.begin(), it->second.samples.end());
       const size_t idx = std::min(
           v.size() - 1, static_cast<size_t>(std::ceil(options.percentile * v.size())) - 1);
-      std::nth_element(v.begin(), v.begin() + idx, v.end());
-      p = v[idx];
+      // Among equal times an uncensored sample sorts first: it is the better evidence.
+      std::nth_element(v.begin(), v.begin() + idx, v.end(),
+                       [](const History::Sample& a, const History::Sample& b) {
+                         return a.us != b.us ? a.us < b.us : (!a.cut && b.cut);
+                       });
+      p = v[idx].us;
+      p_cut = v[idx].cut;
     }
   }
   TimeBound b;
-  int64_t bound = static_cast<int64_t>(p * options.margin);
+  int64_t bound = p_cut ? p : static_cast<int64_t>(p * options.margin);
   bound = std::max<int64_t>(bound, options.min_bound.count());
   b.capped = bound >= options.hard_cap.count();
   bound = std::min<int64_t>(bound, options.hard_cap.count());

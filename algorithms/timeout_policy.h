@@ -3,7 +3,11 @@
 // The first `calibration_ops` operations of each size run reliably (exact TAR) and their
 // durations calibrate the bound: the P95 of that window times a margin (the paper's
 // start-up calibration). Later bounded operations keep updating a moving history, so the
-// bound follows the network. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Each
+// bound follows the network. An operation that a deadline cut short only shows that it
+// needed at least the bound: it is recorded as the bound and, when it decides the
+// percentile, the bound stays (no margin on top), so operations cut by their own bound
+// never ratchet it up; repaired operations record their real duration, so a network that
+// really got slower raises it. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Each
 // phase of TAR gets half of the bound; the early timeout fires once every peer's last
 // packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound
 // (at most `max_quiet`).
@@ -46,7 +50,10 @@ class TimeoutPolicy {
 
   // True while operations of this size still calibrate (run reliably).
   bool Calibrating(size_t bytes) const;
+  // `cut_at`: the operation ended at a phase deadline without a complete repair, i.e. it
+  // took at least the bound in effect; that bound is recorded (a censored sample).
   void Record(size_t bytes, std::chrono::microseconds duration);
+  void RecordCut(size_t bytes, std::chrono::microseconds bound_in_effect);
   TimeBound BoundFor(size_t bytes) const;
   TimeoutOptions options() const;
   // Replaces the options and forgets every history (start-up configuration).
@@ -55,8 +62,14 @@ class TimeoutPolicy {
  private:
   struct History {
     int calibration_seen = 0;
-    std::deque<int64_t> durations_us;
+    struct Sample {
+      int64_t us;
+      bool cut;  // censored: the operation needed at least this long
+    };
+    std::deque<Sample> samples;
   };
+  void Add(size_t bytes, int64_t us, bool cut);
+
   TimeoutOptions options_;
   mutable std::mutex mu_;
   absl::flat_hash_map<size_t, History> by_size_;

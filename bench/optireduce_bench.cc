@@ -5,8 +5,10 @@
 //   optireduce-bench --local-ranks 4 --elements 1000000 allreduce_ring_chunked
 //   optireduce-bench --size 4 --rank R --shared-path /mnt/rdv --tcp-device eth0 transpose
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
+#include "algorithms/op_stats.h"
 #include "bench/harness/options.h"
 #include "bench/harness/runner.h"
 
@@ -21,6 +23,10 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: %s\nTry '%s --help' for more information.\n", argv[0],
                  std::string(options.status().message()).c_str(), argv[0]);
     return 2;
+  }
+  // As in PyTorch jobs: OPTIREDUCE_STATS_FILE logs every OptiReduce-mode operation.
+  if (const char* path = std::getenv("OPTIREDUCE_STATS_FILE"); path != nullptr) {
+    optireduce::StatsRegistry::Get().SetLogPath(path);
   }
   if (options->local_ranks > 0) return RunBenchLocal(*options);
   return RunBenchRank(*options);

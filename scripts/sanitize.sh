@@ -42,11 +42,14 @@ TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_tr
 # ASan+UBSan: everything in the listed suites except
 #  - OptiReduceModeUdp.OnePercentDropIsMeasuredAndSmall: asserts the measured loss against
 #    a deadline; instrumented code is several times slower, so more packets miss it;
+#  - the two straggler tests (BoundedTranspose.StragglerCostsOnlyItsContribution,
+#    OptiReduceModeLoop.StragglerDoesNot...): assert durations with 0.5-2 s of slack,
+#    which ASan's slowdown eats (measured 15.1 s vs 12 s, 1.8 s vs 1.7 s);
 #  - transport.Workers.UdpAllreduce64MiB: 64 MiB ring allreduce, ~2 min under ASan on
 #    2 cores and no code path the 256 KiB conformance cases do not already cover;
 #  - reliability tests (soak, peer kill): timing-based, run in the normal build.
 ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
-ASAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
+ASAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|StragglerCostsOnlyItsContribution|StragglerDoesNotStall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
 # TSan: the tests that run the progress thread against application threads: loop-device
 # conformance (2-4 ranks) and faults, LoopDevice.*, udp conformance (4 ranks) and faults,
 # the peer-kill test, and the bounded-transpose tests that assert no timing. Left out:

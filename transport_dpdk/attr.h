@@ -33,10 +33,15 @@ struct EngineOptions {
   // (a lost packet loses this much; rounded down to a multiple of 64 and
   // capped by the backend's datagram size: DPDK frames keep it near the MTU)
   // and the pacing rate of a device's unreliable sends, which carry no
-  // acknowledgements to clock them (0: unpaced; set it below the receivers'
-  // drain rate of the receivers; 8 Gb/s keeps 4 ranks on loopback near lossless).
+  // acknowledgements to clock them (0: unpaced, the default: the kernel's and
+  // the PMD's transmit queues pace; set it below the receivers' drain rate
+  // where a fast sender overruns slow receivers).
   size_t bounded_payload = 32768;
-  double bounded_rate_gbps = 8.0;
+  double bounded_rate_gbps = 0;
+  // Peers a context's bounded sends go to at once, at start (the endpoint
+  // adapts it from observed loss): 1 keeps TAR's staggered order, one sender
+  // per receiver per step.
+  int bounded_senders = 1;
   // Retransmission timeout bounds.
   std::chrono::microseconds min_rto{4000};
   std::chrono::microseconds initial_rto{20000};

@@ -101,6 +101,9 @@ struct BoundedJob {
   size_t range = 0;    // current range
   uint64_t next = 0;   // next offset within it
   uint64_t last_from = UINT64_MAX;  // packets at or after this carry kFlagLast
+  // Submission order within the context (0: a repair, served first). Only the oldest
+  // `bounded_senders` sends are active at a time: see PumpBoundedSends.
+  uint64_t order = 0;
 };
 
 struct Peer {
@@ -154,6 +157,8 @@ struct Ctx {
   bool closing = false;
   Clock::time_point closing_since, last_rx;
   BoundedHooks bounded;
+  uint64_t bounded_next_order = 1;
+  int bounded_senders = 1;  // peers sent to at once (incast control)
 };
 
 std::string RanksToString(const std::vector<int>& r) {
@@ -211,6 +216,7 @@ struct Engine::Impl {
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
+  void PumpBoundedSends(Ctx& c, Clock::time_point now, Clock::time_point* deadline);
   void PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
                    Clock::time_point* deadline);
   void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
@@ -310,6 +316,7 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
     for (Peer& p : c.peers) {
       if (p.connected) Pump(c, p, now, deadline);
     }
+    PumpBoundedSends(c, now, deadline);
   }
   Flush();
   if (stats.tx_packets.load(std::memory_order_relaxed) != sent_before) {
@@ -454,17 +461,46 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
     SendNew(c, p, h, m);
     --budget;
   }
-  // 4b. Unreliable bounded data, paced.
-  if (!p.bounded_queue.empty()) PumpBounded(c, p, now, deadline);
   // 5. Acknowledge what arrived since the last ack.
   if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
 }
 
+// Incast control for the bounded service. TAR submits its sends in the staggered peer
+// order (in step i rank r sends to r - i, so every receiver has one sender per step);
+// sending them all at once would turn each phase into an N-to-1 burst per receiver, which
+// overflows receive rings. Only the `bounded_senders` oldest sends of a context are active
+// at a time (the endpoint adapts the number from observed loss); repairs always go.
+void Engine::Impl::PumpBoundedSends(Ctx& c, Clock::time_point now,
+                                    Clock::time_point* deadline) {
+  constexpr int kMaxActive = 16;
+  Peer* active[kMaxActive];
+  int n = 0;
+  for (Peer& p : c.peers) {
+    if (!p.connected || p.bounded_queue.empty()) continue;
+    if (p.bounded_queue.front().order == 0) {  // a repair: not subject to the limit
+      PumpBounded(c, p, now, deadline);
+      if (p.bounded_queue.empty()) continue;
+    }
+    // Keep the `limit` oldest fronts (insertion into a short sorted array).
+    const int limit = std::min(kMaxActive, std::max(1, c.bounded_senders));
+    const uint64_t order = p.bounded_queue.front().order;
+    int at = n;
+    while (at > 0 && active[at - 1]->bounded_queue.front().order > order) --at;
+    if (at >= limit) continue;
+    if (n < limit) ++n;
+    for (int k = n - 1; k > at; --k) active[k] = active[k - 1];
+    active[at] = &p;
+  }
+  for (int k = 0; k < n; ++k) PumpBounded(c, *active[k], now, deadline);
+}
+
 void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
                                Clock::time_point* deadline) {
-  // Refill the device's bucket; allow a burst of a few packets per peer.
+  // Refill the device's bucket (0: unpaced). The burst allows a millisecond at the rate,
+  // so the progress thread wakes at most about once per millisecond to pace instead of
+  // spinning between packets.
   const double rate = opts.bounded_rate_gbps * 1e9 / 8;  // bytes per second
-  const double burst = std::max(256.0 * 1024, 4.0 * bounded_payload);
+  const double burst = std::max({256.0 * 1024, 4.0 * bounded_payload, rate * 1e-3});
   if (rate > 0) {
     const double dt = std::chrono::duration<double>(now - bounded_refill).count();
     bounded_tokens = std::min(burst, bounded_tokens + dt * rate);
@@ -553,7 +589,13 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
         std::memcpy(&e, payload + 16 * i + 8, 8);
         if (b < e) j.ranges.emplace_back(b, e);
       }
-      if (!j.ranges.empty()) p.bounded_queue.push_back(std::move(j));
+      // Repairs go before the sends still queued (order 0), in arrival order.
+      if (!j.ranges.empty()) {
+        // (A send interrupted half way keeps its position and resumes after them.)
+        auto at = p.bounded_queue.begin();
+        while (at != p.bounded_queue.end() && at->order == 0) ++at;
+        p.bounded_queue.insert(at, std::move(j));
+      }
       return;
     }
     default:
@@ -1033,6 +1075,7 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
       std::min<uint64_t>(impl_->opts.window_bytes, share),
       2 * static_cast<uint64_t>(impl_->max_payload));
   c->peers.resize(size);
+  c->bounded_senders = std::clamp(impl_->opts.bounded_senders, 1, std::max(1, size - 1));
   for (int i = 0; i < size; ++i) {
     Peer& p = c->peers[i];
     p.rank = i;
@@ -1329,6 +1372,7 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   const uint64_t packets = (total + impl_->bounded_payload - 1) / impl_->bounded_payload;
   const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
   j.last_from = packets > flagged ? (packets - flagged) * impl_->bounded_payload : 0;
+  j.order = c->bounded_next_order++;
   p.bounded_queue.push_back(std::move(j));
   impl_->Kick(*c, p);
   return absl::OkStatus();
@@ -1376,6 +1420,24 @@ size_t Engine::BoundedPending(uint32_t ctx) const {
   size_t n = 0;
   for (const Peer& p : c->peers) n += p.bounded_queue.size();
   return n;
+}
+
+void Engine::SetBoundedSenders(uint32_t ctx, int senders) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (c) c->bounded_senders = std::clamp(senders, 1, std::max(1, c->size - 1));
+}
+
+int Engine::BoundedSenders(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  return c ? c->bounded_senders : 0;
+}
+
+int Engine::ContextSize(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  return c ? c->size : 0;
 }
 
 Stats Engine::GetStats() const { return impl_->stats.Snapshot(); }

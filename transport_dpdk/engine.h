@@ -100,6 +100,12 @@ class Engine {
   uint32_t BoundedPayload() const;
   // Bounded packets still queued for sending in this context.
   size_t BoundedPending(uint32_t ctx) const;
+  // How many peers this context's bounded sends go to at once (incast control; clamped
+  // to [1, size - 1]); the oldest sends go first, so TAR's staggered order is kept.
+  void SetBoundedSenders(uint32_t ctx, int senders);
+  int BoundedSenders(uint32_t ctx) const;
+  // Ranks of a registered context (0 if unknown).
+  int ContextSize(uint32_t ctx) const;
 
   Stats GetStats() const;
   // Per-peer protocol state of one context, for diagnostics (timeouts).

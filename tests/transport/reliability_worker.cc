@@ -409,6 +409,7 @@ class KillingChannel : public BoundedChannel {
   void Detach(uint64_t op) override { inner_->Detach(op); }
   void Release(uint64_t op) override { inner_->Release(op); }
   size_t PacketPayload() const override { return inner_->PacketPayload(); }
+  void OnOperationDone(double loss_fraction) override { inner_->OnOperationDone(loss_fraction); }
 
  private:
   class KillingReceive : public BoundedReceive {

@@ -9,7 +9,9 @@ namespace optireduce {
 namespace transport {
 
 BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
-    : engine_(std::move(engine)), ctx_(ctx) {
+    : engine_(std::move(engine)),
+      ctx_(ctx),
+      incast_(engine_->ContextSize(ctx) - 1, engine_->BoundedSenders(ctx)) {
   BoundedHooks hooks;
   hooks.on_data = [this](int src, uint64_t op, uint64_t offset, const uint8_t* data,
                          size_t len, bool last) {
@@ -59,6 +61,13 @@ void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes
 }
 
 void BoundedEndpoint::Detach(uint64_t op) { sources_.Detach(op); }
+
+void BoundedEndpoint::OnOperationDone(double loss_fraction) {
+  const int before = incast_.senders();
+  if (incast_.OnOperation(loss_fraction) != before) {
+    engine_->SetBoundedSenders(ctx_, incast_.senders());
+  }
+}
 
 size_t BoundedEndpoint::PacketPayload() const { return engine_->BoundedPayload(); }
 

@@ -12,6 +12,7 @@
 
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_receiver.h"
+#include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/engine.h"
 
 namespace optireduce {
@@ -28,6 +29,7 @@ class BoundedEndpoint : public BoundedChannel {
   void Detach(uint64_t op) override;
   void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override;
+  void OnOperationDone(double loss_fraction) override;
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
 
@@ -36,6 +38,7 @@ class BoundedEndpoint : public BoundedChannel {
   const uint32_t ctx_;
   BoundedReceiver receiver_;
   BoundedSources sources_;
+  IncastControl incast_;  // used by the one thread that runs this context's operations
 };
 
 }  // namespace transport

@@ -290,7 +290,8 @@ void BoundedSources::Detach(uint64_t op) {
   }
   for (const auto& [src, nbytes] : originals) detached_bytes_ += nbytes;
   detached_order_.push_back(op);
-  while (detached_bytes_ > budget_ && !detached_order_.empty()) {
+  while ((detached_bytes_ > budget_ || detached_order_.size() > kDetachedOps) &&
+         !detached_order_.empty()) {
     const uint64_t victim = detached_order_.front();
     detached_order_.pop_front();
     auto v = sources_.find(victim);

@@ -106,6 +106,10 @@ class BoundedSources {
  public:
   explicit BoundedSources(size_t detached_budget_bytes = 64 << 20)
       : budget_(detached_budget_bytes) {}
+  // Detached operations kept at most: late repairs come within one bound of the end of
+  // an operation, when a rank has started at most a few more; and reusing few copies
+  // keeps them hot (a fresh multi-MiB copy per operation costs page faults).
+  static constexpr size_t kDetachedOps = 4;
   void Register(uint64_t op, int peer, const void* src, size_t nbytes);
   void Detach(uint64_t op);
   void Release(uint64_t op);

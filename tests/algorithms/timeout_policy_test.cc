@@ -1,0 +1,69 @@
+// OptiReduce mode's time bounds: calibration, moving history, censored samples, caps.
+#include "algorithms/timeout_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace optireduce {
+namespace {
+
+using std::chrono::microseconds;
+using std::chrono::milliseconds;
+
+TimeoutOptions Options() {
+  TimeoutOptions o;
+  o.calibration_ops = 4;
+  o.history = 20;
+  o.min_bound = microseconds(100);
+  return o;
+}
+
+TEST(TimeoutPolicy, CalibratesOnTheFirstOperationsOfEachSize) {
+  TimeoutPolicy policy(Options());
+  EXPECT_TRUE(policy.Calibrating(1024));
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(10 + i));
+  EXPECT_FALSE(policy.Calibrating(1024));
+  EXPECT_TRUE(policy.Calibrating(2048));  // per bucket size
+  // P95 of {10, 11, 12, 13} ms is 13 ms; the margin makes it 16.25 ms.
+  EXPECT_EQ(policy.BoundFor(1024).bound, microseconds(16250));
+}
+
+TEST(TimeoutPolicy, OperationsCutByTheirBoundDoNotRatchetItUp) {
+  TimeoutPolicy policy(Options());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));
+  const auto bound = policy.BoundFor(1024).bound;
+  EXPECT_EQ(bound, milliseconds(50));
+  // A persistent straggler: every operation ends at its deadline. Recorded as plain
+  // durations they would grow the bound by the margin each time (50, 62.5, 78 ms, ...).
+  for (int i = 0; i < 40; i++) policy.RecordCut(1024, policy.BoundFor(1024).bound);
+  EXPECT_EQ(policy.BoundFor(1024).bound, bound);
+}
+
+TEST(TimeoutPolicy, FollowsFasterOperationsDown) {
+  TimeoutPolicy policy(Options());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(80));
+  for (int i = 0; i < 20; i++) policy.Record(1024, milliseconds(20));  // the window moves
+  EXPECT_EQ(policy.BoundFor(1024).bound, milliseconds(25));
+}
+
+TEST(TimeoutPolicy, RepairedSlowOperationsRaiseIt) {
+  TimeoutPolicy policy(Options());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(20));
+  // The network got slower: operations are cut, repaired, and last 60 ms.
+  for (int i = 0; i < 20; i++) policy.Record(1024, milliseconds(60));
+  EXPECT_EQ(policy.BoundFor(1024).bound, milliseconds(75));
+}
+
+TEST(TimeoutPolicy, HardCapAndQuietPeriod) {
+  TimeoutOptions o = Options();
+  o.hard_cap = milliseconds(30);
+  TimeoutPolicy policy(o);
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(100));
+  const TimeBound b = policy.BoundFor(1024);
+  EXPECT_EQ(b.bound, milliseconds(30));
+  EXPECT_TRUE(b.capped);
+  EXPECT_EQ(b.quiet, milliseconds(3));  // 10% of the bound, below max_quiet
+  EXPECT_EQ(b.repair_budget, milliseconds(30));
+}
+
+}  // namespace
+}  // namespace optireduce

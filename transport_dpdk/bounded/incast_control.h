@@ -1,0 +1,32 @@
+// How many peers a rank's bounded sends go to at once, adapted from observed loss.
+//
+// TAR's staggered order gives every receiver one sender per step when each rank sends to
+// one peer at a time; more concurrent senders can use paths a single flow leaves idle but
+// turn each phase into an N-to-1 burst at the receivers. Additive increase after a run of
+// loss-free operations, multiplicative decrease on loss: where the receivers overflow the
+// limit falls back to one sender per receiver; where nothing is lost it rises to N-1.
+#pragma once
+
+namespace optireduce {
+namespace transport {
+
+class IncastControl {
+ public:
+  // `max_senders`: peers of the context (N-1); `initial`: the starting limit.
+  IncastControl(int max_senders, int initial);
+
+  // The outcome of one operation on this rank; returns the new limit.
+  int OnOperation(double loss_fraction);
+  int senders() const { return senders_; }
+
+  // Loss-free operations needed before one more concurrent sender.
+  static constexpr int kCleanOpsToGrow = 16;
+
+ private:
+  const int max_;
+  int senders_;
+  int clean_ops_ = 0;
+};
+
+}  // namespace transport
+}  // namespace optireduce
