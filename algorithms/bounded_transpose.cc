@@ -35,8 +35,10 @@ uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
 }
 
 // Waits for a phase, repairs it if the loss is above the limit, and records the outcome.
+// Repairs of both phases share one budget: the operation ends by `repair_end` at the latest.
 void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
-                 Clock::time_point deadline, const BoundedTransposeArgs& a, PhaseStats* p) {
+                 Clock::time_point deadline, Clock::time_point repair_end,
+                 const BoundedTransposeArgs& a, PhaseStats* p) {
   const auto start = Clock::now();
   p->bytes_expected = 0;
   for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
@@ -47,7 +49,7 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                           : 1.0 - static_cast<double>(p->bytes_received) / p->bytes_expected;
   if (lost > a.max_loss && a.bound.repair_budget.count() > 0) {
     p->repaired = true;
-    rx.Repair(Clock::now() + a.bound.repair_budget);
+    rx.Repair(std::min(Clock::now() + a.bound.repair_budget, repair_end));
     p->bytes_received = ArrivedBytes(rx, regions.size());
   }
   for (size_t i = 0; i < regions.size(); i++) {
@@ -121,6 +123,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const uint64_t op2 = a.op + 1;
   const auto start = Clock::now();
   const auto half = a.bound.bound / 2;
+  const auto repair_end = start + a.bound.bound + a.bound.repair_budget;
 
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
@@ -145,7 +148,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
                     plan.ShardCount(owner) * sizeof(T));
   }
-  FinishPhase(*rx1, regions1, start + half, a, &stats->phase[0]);
+  FinishPhase(*rx1, regions1, start + half, repair_end, a, &stats->phase[0]);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 
@@ -170,7 +173,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
       a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T));
     }
   }
-  FinishPhase(*rx2, regions2, phase2_start + half, a, &stats->phase[1]);
+  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, a, &stats->phase[1]);
   // Phase-1 sources are released before they are overwritten (what is still queued for
   // them is dropped; an owner still repairing gets no answer and compensates); the
   // reduced shard is copied so that late phase-2 repairs are still served while the

@@ -5,9 +5,10 @@
 // post a receive for an op, drop (close) it, or deliver a payload (op, src, offset, len,
 // last). Regions are exact-size heap blocks, so any write outside them is an ASan error
 // in the fuzz build. After every step, every open receive's Arrived() ranges must be
-// sorted, disjoint, non-empty and inside the region, every arrived byte must hold what
-// its sender sent at that offset, and Wait() must report completeness exactly when the
-// ranges cover the region.
+// sorted, disjoint, non-empty and inside the region, and every arrived byte must hold what
+// its sender sent at that offset. A "wait" step calls Wait(), which must report
+// completeness exactly when the ranges cover the region; after it nothing more may arrive
+// (the caller reads the regions then).
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -53,10 +54,14 @@ struct Open {
   std::unique_ptr<BoundedReceive> receive;
   std::vector<std::unique_ptr<uint8_t[]>> buffers;
   std::vector<BoundedRegion> regions;
+  bool waited = false;
+  size_t covered_at_wait = 0;
 };
 
-void CheckReceive(const Open& o) {
+// Checks the ranges and data; returns the bytes covered, sets *complete.
+size_t CheckRanges(const Open& o, bool* complete_out) {
   bool complete = true;
+  size_t total = 0;
   for (size_t i = 0; i < o.regions.size(); ++i) {
     const BoundedRegion& r = o.regions[i];
     const std::vector<ByteRange> arrived = o.receive->Arrived(i);
@@ -76,12 +81,29 @@ void CheckReceive(const Open& o) {
     }
     // Two regions for one peer: only the last one receives (the first stays empty).
     complete = complete && covered == r.nbytes;
+    total += covered;
   }
+  *complete_out = complete;
+  return total;
+}
+
+void CheckReceive(const Open& o) {
+  bool complete = false;
+  const size_t covered = CheckRanges(o, &complete);
+  FUZZ_CHECK(!o.waited || covered == o.covered_at_wait,
+             "%zu bytes arrived after Wait returned", covered - o.covered_at_wait);
+}
+
+void WaitOn(Open& o) {
+  bool complete = false;
+  const size_t covered = CheckRanges(o, &complete);
   // A deadline in the past: Wait reports the state without blocking.
   const PhaseEnd end = o.receive->Wait(optireduce::BoundedClock::now() - std::chrono::seconds(1),
                                        std::chrono::hours(1));
   FUZZ_CHECK((end == PhaseEnd::kComplete) == complete, "Wait says %s, ranges say %s",
              optireduce::PhaseEndName(end), complete ? "complete" : "incomplete");
+  o.waited = true;
+  o.covered_at_wait = covered;
 }
 
 }  // namespace
@@ -120,6 +142,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       }
       case 1:  // the algorithm is done with the op
         open[op].reset();
+        break;
+      case 2:  // the algorithm waits, then reads the regions
+        if (open[op]) WaitOn(*open[op]);
         break;
       default: {  // a payload from the network
         const int src = static_cast<int>(in.U8() % 7) - 1;  // -1..5

@@ -23,6 +23,14 @@ class BoundedReceiver::Receive : public BoundedReceive {
   PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet,
                 double peer_factor) override {
     std::unique_lock<std::mutex> lock(owner_->mu_);
+    const PhaseEnd end = WaitLocked(lock, deadline, quiet, peer_factor);
+    // The caller reads the regions from now on (interface contract): no more writes.
+    posted_->accepting = false;
+    return end;
+  }
+
+  PhaseEnd WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
+                      std::chrono::microseconds quiet, double peer_factor) {
     for (;;) {
       bool complete = true;
       bool all_last = true;
@@ -79,16 +87,23 @@ class BoundedReceiver::Receive : public BoundedReceive {
   }
 
   PhaseEnd Repair(Clock::time_point deadline) override {
+    {
+      std::lock_guard<std::mutex> lock(owner_->mu_);
+      posted_->accepting = true;
+    }
     // Repairs are lossy too: ask again for what is still missing a few times per budget.
     const auto interval = std::max<Clock::duration>(
         std::chrono::milliseconds(1), (deadline - Clock::now()) / 8);
     for (;;) {
       RequestMissing();
       const auto until = std::min(deadline, Clock::now() + interval);
+      std::unique_lock<std::mutex> lock(owner_->mu_);
       // Repairs come without "last" flags: wait for completeness or the deadline only.
-      const PhaseEnd end = Wait(until, std::chrono::hours(24), /*peer_factor=*/0);
-      if (end == PhaseEnd::kComplete) return end;
-      if (Clock::now() >= deadline) return PhaseEnd::kDeadline;
+      const PhaseEnd end = WaitLocked(lock, until, std::chrono::hours(24), /*peer_factor=*/0);
+      if (end == PhaseEnd::kComplete || Clock::now() >= deadline) {
+        posted_->accepting = false;
+        return end == PhaseEnd::kComplete ? end : PhaseEnd::kDeadline;
+      }
     }
   }
 
@@ -218,6 +233,10 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   std::lock_guard<std::mutex> lock(mu_);
   auto it = posted_.find(op);
   if (it != posted_.end()) {
+    if (!it->second->accepting) {
+      counters_.stale_packets++;
+      return;
+    }
     ApplyLocked(*it->second, src, offset, data, len, last);
     return;
   }

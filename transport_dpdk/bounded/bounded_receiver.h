@@ -6,7 +6,8 @@
 //   not posted --(Post)--> posted --(receive destroyed)--> closed
 // Payloads for a posted op land in place by offset; for an op not posted yet they go to a
 // bounded staging area (a fast peer, no barrier) and are applied at Post; for a closed op
-// (a straggler's late packets) they are dropped and counted, never written.
+// (a straggler's late packets), or once Wait/Repair returned (the caller reads the
+// regions then), they are dropped and counted, never written.
 #pragma once
 
 #include <condition_variable>
@@ -29,7 +30,7 @@ namespace transport {
 struct BoundedReceiverCounters {
   uint64_t applied_packets = 0;
   uint64_t staged_packets = 0;
-  uint64_t stale_packets = 0;         // op already closed
+  uint64_t stale_packets = 0;         // op already closed, or its wait already returned
   uint64_t out_of_bounds_packets = 0; // offset/length outside the posted region
   uint64_t unknown_peer_packets = 0;  // op posted, but no region for this sender
   uint64_t staging_overflow_packets = 0;
@@ -76,6 +77,9 @@ class BoundedReceiver {
     BoundedClock::time_point posted_at;
     BoundedClock::time_point last_arrival;
     uint64_t progress = 0;  // bumps on every applied payload
+    // False once Wait or Repair returned (until the next Repair): the caller reads the
+    // regions then, so late payloads are dropped (counted stale), never written.
+    bool accepting = true;
   };
   struct Staged {
     int src;

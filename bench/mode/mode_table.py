@@ -1,0 +1,113 @@
+#!/usr/bin/python3
+"""OptiReduce mode's benchmark (issue #5): p50/p99/p99.9 of Gloo ring_chunked, reliable TAR
+and OptiReduce mode, 4 local ranks, in three environments, one run:
+
+  none      no faults
+  loss      1% packet loss (seeded, in our transport's I/O layer: Gloo's TCP cannot lose
+            packets here, so its row is ring_chunked over our UDP transport, which
+            retransmits them)
+  straggler one rank sleeps a random delay before each iteration (--straggler DIST)
+
+  /usr/bin/python3 bench/mode/mode_table.py [--sizes 4194304,16777216] [--iters 100]
+      [--straggler exp:15] [--csv FILE]
+
+Every run is optireduce-bench --local-ranks 4 with --samples-csv; percentiles are over the
+timed iterations of rank 0 (p99.9 needs >= 1000 iterations to differ from the max).
+"""
+import argparse
+import csv
+import os
+import subprocess
+import sys
+import tempfile
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(os.path.dirname(HERE))
+
+ALGOS = [("ring_chunked", "allreduce_ring_chunked"), ("TAR", "transpose"),
+         ("OptiReduce", "optireduce")]
+
+
+def percentile(v, q):
+    v = sorted(v)
+    if not v:
+        return float("nan")
+    k = min(len(v) - 1, max(0, int(round(q * (len(v) - 1)))))
+    return v[k]
+
+
+def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout):
+    with tempfile.TemporaryDirectory() as tmp:
+        samples = os.path.join(tmp, "s.csv")
+        cmd = [bench, "--local-ranks", "4", "-t", transport, "--elements", str(elements),
+               "--iteration-count", str(iters), "--warmup-iters", "25",
+               "--samples-csv", samples, "--timeout", "120", algo]
+        if straggler:
+            cmd[1:1] = ["--straggler-ms-dist", straggler]
+        env = dict(os.environ, **env_extra)
+        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+        if p.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+        with open(samples) as f:
+            rows = list(csv.DictReader(f))
+    us = [float(r["us"]) for r in rows]
+    loss = [float(r["loss_pct"]) for r in rows]
+    return us, sum(loss) / max(1, len(loss))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sizes", default="4194304,16777216",
+                    help="float32 elements per buffer, comma-separated (default 16 and 64 MiB)")
+    ap.add_argument("--iters", type=int, default=100)
+    ap.add_argument("--straggler", default="exp:15", help="delay distribution (ms) of the straggler env")
+    ap.add_argument("--envs", default="none,loss,straggler")
+    ap.add_argument("--csv", default="")
+    ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "optireduce-bench"))
+    args = ap.parse_args()
+    try:
+        sizes = [int(s) for s in args.sizes.split(",") if s]
+    except ValueError:
+        ap.error(f"--sizes: expected comma-separated integers, got '{args.sizes}'")
+    envs = [e for e in args.envs.split(",") if e]
+    for e in envs:
+        if e not in ("none", "loss", "straggler"):
+            ap.error(f"--envs: unknown environment '{e}' (allowed: none, loss, straggler)")
+    if not os.access(args.bench, os.X_OK):
+        ap.error(f"--bench: '{args.bench}' is not an executable (build it: ./scripts/build.sh)")
+
+    out = []
+    print(f"{'env':10} {'MiB':>4} {'algorithm':28} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
+          f"{'p99/p50':>8} {'p99 vs ring':>11} {'loss %':>7}", flush=True)
+    for env in envs:
+        for elements in sizes:
+            ring_p99 = None
+            for name, algo in ALGOS:
+                transport = "tcp" if algo == "allreduce_ring_chunked" else "udp"
+                extra = {}
+                straggler = args.straggler if env == "straggler" else ""
+                if env == "loss":
+                    extra["OPTIREDUCE_FAULTS"] = "drop=0.01,seed=7"
+                    transport = "udp"
+                label = f"{name} ({transport})"
+                us, loss = run(args.bench, algo, transport, elements, args.iters, extra,
+                               straggler, timeout=1800)
+                p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
+                if ring_p99 is None:
+                    ring_p99 = p99
+                row = dict(env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
+                           p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
+                           p99_vs_ring=p99 / ring_p99, loss_pct=loss, samples=len(us))
+                out.append(row)
+                print(f"{env:10} {row['mib']:>4} {label:28} {p50:8.1f} {p99:8.1f} {p999:9.1f} "
+                      f"{p99 / p50:8.2f} {p99 / ring_p99:10.2f}x {loss:7.3f}", flush=True)
+    if args.csv:
+        with open(args.csv, "w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(out[0].keys()))
+            w.writeheader()
+            w.writerows(out)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
