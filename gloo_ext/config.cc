@@ -48,7 +48,7 @@ const std::vector<VariableDoc>& Table() {
       {"OPTIREDUCE_UDP_MAX_DATAGRAM", "", "integer 0 or 512..65507",
        "UDP device: largest datagram (default 0 = from the interface MTU)"},
       {"OPTIREDUCE_SOCKET_BUFFER_BYTES", "", "integer 65536..1073741824",
-       "UDP device: SO_RCVBUF/SO_SNDBUF request (default 8 MiB)"},
+       "UDP device: SO_RCVBUF/SO_SNDBUF request (default 32 MiB)"},
       {"OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", "DPDK EAL arguments",
        "DPDK device: EAL arguments, whitespace separated"},
       {"OPTIREDUCE_DPDK_PORTS", "", "comma-separated port names or indexes",

@@ -34,7 +34,7 @@ configure() {  # dir sanitizer
 # Test binaries each stage needs (building only these keeps the stage inside its budget).
 ASAN_TARGETS=(transport_unit_test transport_loop_test transport_worker transport_udp_test
               transport_isolation_test allreduce_test bounded_transpose_test
-              optireduce_mode_test hadamard_test reduce_classifier_test redis_url_test
+              optireduce_mode_test timeout_policy_test hadamard_test reduce_classifier_test redis_url_test
               redis_store_test gloo_ext_config_test fuzz_wire_format_corpus
               fuzz_bounded_receiver_corpus fuzz_config_corpus fuzz_redis_url_corpus)
 TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_transpose_test)
@@ -48,7 +48,7 @@ TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_tr
 #  - transport.Workers.UdpAllreduce64MiB: 64 MiB ring allreduce, ~2 min under ASan on
 #    2 cores and no code path the 256 KiB conformance cases do not already cover;
 #  - reliability tests (soak, peer kill): timing-based, run in the normal build.
-ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
+ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|TimeoutPolicy|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
 ASAN_EXCLUDE='OnePercentDropIsMeasuredAndSmall|StragglerCostsOnlyItsContribution|StragglerDoesNotStall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
 # TSan: the tests that run the progress thread against application threads: loop-device
 # conformance (2-4 ranks) and faults, LoopDevice.*, udp conformance (4 ranks) and faults,

