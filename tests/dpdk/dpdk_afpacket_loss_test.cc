@@ -117,8 +117,7 @@ std::string RunRank(const BridgedNamespaces& net, const std::string& dir, int ra
   std::string e = EnterNamespace(net.Ns(rank));
   if (!e.empty()) return e;
   dpdk::attr a;
-  a.eal_args = "--vdev=net_af_packet0,iface=" + net.Inner(rank) +
-               ",framecnt=16384,blocksz=4096,framesz=2048 " + dpdk::DefaultEalArgs();
+  a.eal_args = AfPacketEalArgs(net, rank);
   auto dev = dpdk::CreateDeviceOrError(a);
   if (!dev.ok()) return dev.status().ToString();
   gloo::rendezvous::FileStore store(dir + "/store");

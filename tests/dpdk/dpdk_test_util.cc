@@ -12,6 +12,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "transport_dpdk/dpdk_eal.h"
+
 namespace optireduce {
 namespace testing {
 
@@ -139,6 +141,11 @@ BridgedNamespaces::~BridgedNamespaces() {
     Sh("ip link del " + Outer(r));   // in case the move never happened
   }
   Sh("ip link del " + Bridge());
+}
+
+std::string AfPacketEalArgs(const BridgedNamespaces& net, int rank) {
+  return "--vdev=net_af_packet0,iface=" + net.Inner(rank) +
+         ",framecnt=16384,blocksz=4096,framesz=2048 " + transport::dpdk::DefaultEalArgs();
 }
 
 std::string EnterNamespace(const std::string& ns) {

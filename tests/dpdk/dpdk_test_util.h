@@ -59,6 +59,10 @@ class BridgedNamespaces {
 // Moves the calling process into network namespace `ns`; "" or the error.
 std::string EnterNamespace(const std::string& ns);
 
+// EAL arguments for an af_packet port on rank r's inner veth (a large ring: the
+// kernel's default af_packet ring loses frames under bursts).
+std::string AfPacketEalArgs(const BridgedNamespaces& net, int rank);
+
 // Runs the standard cases (allreduce, AllreduceRing, broadcast, allgather,
 // sendrecv, ...) at sizes up to 4 MiB on a connected context; "" or the
 // first error.

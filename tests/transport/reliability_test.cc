@@ -24,6 +24,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/spawn.h"
+
 #ifndef RELIABILITY_WORKER_PATH
 #error "RELIABILITY_WORKER_PATH must name the reliability_worker binary"
 #endif
@@ -78,15 +80,8 @@ class ReliabilityProcesses : public ::testing::Test {
                                   "--size=" + std::to_string(n), "--store=" + dir_ + "/store1",
                                   "--store2=" + dir_ + "/store2", "--info=" + dir_ + "/info"};
     a.insert(a.end(), extra.begin(), extra.end());
-    pid_t pid = fork();
+    const pid_t pid = SpawnProcess(a);
     ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      std::vector<char*> argv;
-      for (auto& s : a) argv.push_back(const_cast<char*>(s.c_str()));
-      argv.push_back(nullptr);
-      execv(argv[0], argv.data());
-      _exit(127);
-    }
     if (pids_.size() <= static_cast<size_t>(r)) pids_.resize(r + 1, 0);
     pids_[r] = pid;
   }

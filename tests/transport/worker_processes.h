@@ -14,6 +14,8 @@
 #include <thread>
 #include <vector>
 
+#include "tests/common/spawn.h"
+
 #ifndef TRANSPORT_WORKER_PATH
 #error "TRANSPORT_WORKER_PATH must name the transport_worker binary"
 #endif
@@ -63,15 +65,8 @@ class Workers : public ::testing::Test {
                                     "--size=" + std::to_string(n), "--store=" + store,
                                     "--info=" + dir_ + "/info"};
       a.insert(a.end(), extra.begin(), extra.end());
-      pid_t pid = fork();
+      const pid_t pid = SpawnProcess(a);
       ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        std::vector<char*> argv;
-        for (auto& s : a) argv.push_back(const_cast<char*>(s.c_str()));
-        argv.push_back(nullptr);
-        execv(argv[0], argv.data());
-        _exit(127);
-      }
       pids_.push_back(pid);
     }
   }
