@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <gloo/context.h>
@@ -60,6 +61,13 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   p->ms = MsSince(start);
 }
 
+// The elements [begin, end) of a region of `count` elements that an arrived byte range
+// covers whole: a range that splits an element leaves that element missing.
+template <typename T>
+std::pair<size_t, size_t> WholeElements(const ByteRange& r, size_t count) {
+  return {(r.begin + sizeof(T) - 1) / sizeof(T), std::min(count, r.end / sizeof(T))};
+}
+
 // Sums the arrived ranges of every peer into `mine` and compensates what is missing.
 template <typename T>
 void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
@@ -69,9 +77,7 @@ void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
   contributors.assign(count, 1);
   for (size_t p = 0; p < peer_data.size(); p++) {
     for (const ByteRange& r : rx.Arrived(p)) {
-      // Whole elements only: a range that splits an element leaves it missing.
-      const size_t begin = (r.begin + sizeof(T) - 1) / sizeof(T);
-      const size_t end = std::min(count, r.end / sizeof(T));
+      const auto [begin, end] = WholeElements<T>(r, count);
       const T* src = peer_data[p];
       for (size_t i = begin; i < end; i++) {
         mine[i] += src[i];
@@ -102,8 +108,7 @@ void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive
       for (size_t e = from; e < to; e++) shard[e] *= n;
     };
     for (const ByteRange& r : rx.Arrived(i)) {
-      const size_t begin = (r.begin + sizeof(T) - 1) / sizeof(T);
-      const size_t end = std::min(count, r.end / sizeof(T));
+      const auto [begin, end] = WholeElements<T>(r, count);
       if (begin > next) scale(next, begin);
       if (end > begin) std::memcpy(shard + begin, arrived + begin, (end - begin) * sizeof(T));
       next = std::max(next, end);
