@@ -138,3 +138,56 @@ def test_sweep_default_elements(bench_bin):
     assert p.returncode == 0, p.stderr
     elements = [int(r[1]) for r in parse_rows(p.stdout)]
     assert elements[0] == 100 and elements[-1] == 5000000 and len(elements) == 15
+
+
+def test_stats_file_logs_every_optireduce_operation(bench_bin, tmp_path):
+    # As in PyTorch jobs, OPTIREDUCE_STATS_FILE gets one JSON line per OptiReduce-mode
+    # operation: the calibration ones, then bounded ones with how each phase ended.
+    import json
+    log = tmp_path / "stats.jsonl"
+    p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "udp", "--elements", "4096",
+                        "--iteration-count", "5", "--warmup-iters", "20", "optireduce"],
+                       env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log)),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    assert {r["rank"] for r in rows} == {0, 1}
+    assert any(r["mode"] == "calibration" for r in rows)
+    bounded = [r for r in rows if r["mode"] == "bounded"]
+    assert bounded, rows[-1]
+    for r in bounded:
+        assert r["phase1"]["end"] in ("complete", "early_timeout", "peer_timeout", "deadline")
+        assert r["phase1"]["bytes_expected"] == 4096 * 4 // 2
+
+
+MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode", "mode_table.py")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--envs", "none,cloudy"], "cloudy"),
+    (["--sizes", "16M"], "--sizes"),
+    (["--bench", "/nonexistent"], "--bench"),
+])
+def test_mode_table_bad_flags(args, needle):
+    p = subprocess.run(["/usr/bin/python3", MODE_TABLE] + args, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 2
+    assert needle in p.stderr, p.stderr
+
+
+def test_mode_table_small_run(bench_bin, tmp_path):
+    out = tmp_path / "table.csv"
+    p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
+                        "--iters", "5", "--envs", "none,loss", "--csv", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["env"], r["algorithm"].split()[0]) for r in rows] == [
+        (e, a) for e in ("none", "loss") for a in ("ring_chunked", "TAR", "OptiReduce")]
+    for r in rows:
+        assert int(r["samples"]) == 5
+        assert float(r["p50_ms"]) <= float(r["p99_ms"]) <= float(r["p999_ms"])
+        if not r["algorithm"].startswith("OptiReduce"):
+            assert float(r["loss_pct"]) == 0.0  # reliable algorithms lose nothing
+    # The loss environment runs the ring over our UDP transport (Gloo's TCP cannot drop).
+    assert rows[3]["algorithm"] == "ring_chunked (udp)"
