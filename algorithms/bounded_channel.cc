@@ -27,7 +27,8 @@ const char* PhaseEndName(PhaseEnd end) {
 }
 
 BoundedChannel* BoundedChannelOf(gloo::Context& context) {
-  return dynamic_cast<BoundedChannel*>(ContextAccess::Get(context));
+  auto* owner = dynamic_cast<HasBoundedChannel*>(ContextAccess::Get(context));
+  return owner != nullptr ? owner->bounded_channel() : nullptr;
 }
 
 }  // namespace optireduce

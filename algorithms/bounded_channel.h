@@ -66,6 +66,10 @@ class BoundedReceive {
 
   // Byte ranges of region `index` that arrived, sorted and disjoint.
   virtual std::vector<ByteRange> Arrived(size_t index) const = 0;
+
+  // True when the sender of region `index` marked its bytes as an estimate (its own inputs
+  // were incomplete: see BoundedChannel::Send), in any packet that arrived.
+  virtual bool Estimated(size_t index) const = 0;
 };
 
 class BoundedChannel {
@@ -79,8 +83,12 @@ class BoundedChannel {
                                                        std::vector<BoundedRegion> regions) = 0;
 
   // Sends `nbytes` at `src` to `peer` as operation `op`, without retransmission; the last
-  // packets carry a "last" flag. `src` stays readable for repairs until Release(op, peer).
-  virtual void Send(int peer, uint64_t op, const void* src, size_t nbytes) = 0;
+  // packets carry a "last" flag. `src` stays readable for repairs until Release(op).
+  // `estimated`: the bytes are an estimate, not the exact value (TAR's owner of a shard
+  // whose phase-1 inputs stayed incomplete): every packet, repairs too, says so, so each
+  // receiver learns that its result is damaged, not only the owner.
+  virtual void Send(int peer, uint64_t op, const void* src, size_t nbytes,
+                    bool estimated) = 0;
 
   // Copies the sources of `op` into the channel's own memory so the caller may reuse them;
   // repairs of `op` are then served from the copies, kept within a memory budget (oldest
@@ -103,6 +111,15 @@ class BoundedChannel {
   // Feedback after each operation: the fraction of the bytes this rank expected that did
   // not arrive before its phases ended. The transport adapts its incast control to it.
   virtual void OnOperationDone(double loss_fraction) { (void)loss_fraction; }
+};
+
+// Implemented by a transport context that owns a bounded channel. The context hands out its
+// channel object instead of implementing BoundedChannel itself: a forwarding layer would
+// have to repeat every method, and one it forgot would silently fall back to a default.
+class HasBoundedChannel {
+ public:
+  virtual ~HasBoundedChannel() = default;
+  virtual BoundedChannel* bounded_channel() = 0;
 };
 
 // The bounded channel of a context whose transport has one, else nullptr.

@@ -20,6 +20,12 @@ double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
+double LossFraction(const PhaseStats& p) {
+  return p.bytes_expected == 0
+             ? 0.0
+             : 1.0 - static_cast<double>(p.bytes_received) / p.bytes_expected;
+}
+
 uint64_t Mix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
@@ -45,10 +51,7 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
   p->end = rx.Wait(deadline, a.bound.quiet, a.bound.peer_factor);
   p->bytes_received = ArrivedBytes(rx, regions.size());
-  const double lost = p->bytes_expected == 0
-                          ? 0.0
-                          : 1.0 - static_cast<double>(p->bytes_received) / p->bytes_expected;
-  if (lost > a.max_loss && a.bound.repair_budget.count() > 0) {
+  if (LossFraction(*p) > a.max_loss && a.bound.repair_budget.count() > 0) {
     p->repaired = true;
     rx.Repair(std::min(Clock::now() + a.bound.repair_budget, repair_end));
     p->bytes_received = ArrivedBytes(rx, regions.size());
@@ -57,6 +60,7 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
     uint64_t got = 0;
     for (const ByteRange& r : rx.Arrived(i)) got += r.size();
     if (got < regions[i].nbytes) p->late_peers.push_back(regions[i].peer);
+    if (rx.Estimated(i)) p->estimated_peers.push_back(regions[i].peer);
   }
   p->ms = MsSince(start);
 }
@@ -151,13 +155,16 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
     a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
-                    plan.ShardCount(owner) * sizeof(T));
+                    plan.ShardCount(owner) * sizeof(T), /*estimated=*/false);
   }
   FinishPhase(*rx1, regions1, start + half, repair_end, a, &stats->phase[0]);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 
-  // Phase 2: send my reduced shard to everyone. The other shards land in scratch, not in
+  // Phase 2: send my reduced shard to everyone, marked as an estimate when its inputs stayed
+  // incomplete beyond the limit: the damage is then every rank's, not only this one's.
+  const bool estimated = LossFraction(stats->phase[0]) > a.max_loss;
+  // The other shards land in scratch, not in
   // place: in place they are still the sources of this rank's phase-1 sends (queued behind
   // the staggered order, or asked for by a repair) until Release(op1) below.
   thread_local std::vector<T> shards_memory;
@@ -175,7 +182,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   auto rx2 = a.channel->PostReceive(op2, regions2);
   if (my_count > 0) {
     for (int step = 1; step < n; step++) {
-      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T));
+      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T), estimated);
     }
   }
   FinishPhase(*rx2, regions2, phase2_start + half, repair_end, a, &stats->phase[1]);
@@ -207,7 +214,9 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   const uint64_t expected = stats->phase[0].bytes_expected + stats->phase[1].bytes_expected;
   const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;
   stats->loss_pct = expected == 0 ? 0.0 : 100.0 * (1.0 - static_cast<double>(received) / expected);
-  stats->damaged = stats->loss_pct > 100.0 * a.max_loss;
+  stats->damaged = stats->loss_pct > 100.0 * a.max_loss ||
+                   LossFraction(stats->phase[0]) > a.max_loss ||
+                   !stats->phase[1].estimated_peers.empty();
   a.channel->OnOperationDone(stats->loss_pct / 100.0);
 }
 

@@ -14,7 +14,7 @@ std::string PhaseJson(const PhaseStats& p) {
                       ",\"bytes_received\":", p.bytes_received, ",\"end\":\"",
                       PhaseEndName(p.end), "\",\"repaired\":", p.repaired ? "true" : "false",
                       ",\"ms\":", p.ms, ",\"late_peers\":[", absl::StrJoin(p.late_peers, ","),
-                      "]}");
+                      "],\"estimated_peers\":[", absl::StrJoin(p.estimated_peers, ","), "]}");
 }
 
 }  // namespace

@@ -18,6 +18,9 @@ struct PhaseStats {
   bool repaired = false;  // a repair round ran in this phase
   double ms = 0;
   std::vector<int> late_peers;  // peers whose data was incomplete when the phase ended
+  // Peers that marked what they sent as an estimate (phase 2: owners whose phase-1 shard
+  // stayed incomplete beyond the loss limit, so every rank's result carries their damage).
+  std::vector<int> estimated_peers;
 };
 
 struct OpStats {
@@ -33,7 +36,10 @@ struct OpStats {
   bool bound_capped = false;
   PhaseStats phase[2];
   double loss_pct = 0;    // bytes missing after repair / bytes expected, both phases
-  bool damaged = false;   // loss remained above the limit: a training loop may skip the step
+  // The result is not exact beyond the limit: this rank's loss after repair, or the loss of
+  // the phase-1 inputs of any shard (its owner marks it, every rank learns it in phase 2).
+  // Every rank that received the marked shard agrees: a training loop may skip the step.
+  bool damaged = false;
   double duration_ms = 0;
   std::string ToJson() const;
 };

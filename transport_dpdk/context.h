@@ -17,9 +17,9 @@ namespace transport {
 
 class Device;
 
-// Also OptiReduce's bounded channel for this group (optireduce::BoundedChannelOf).
+// Also owns OptiReduce's bounded channel for this group (optireduce::BoundedChannelOf).
 class Context : public ::gloo::transport::Context,
-                public optireduce::BoundedChannel,
+                public optireduce::HasBoundedChannel,
                 public std::enable_shared_from_this<Context> {
  public:
   Context(std::shared_ptr<Device> device, int rank, int size);
@@ -36,17 +36,8 @@ class Context : public ::gloo::transport::Context,
   // The job's session token once the pair to rank 0 is connected.
   uint64_t session_token() const { return engine_->ContextToken(id_); }
 
-  // optireduce::BoundedChannel, served by bounded_ (bounded/bounded_endpoint.h).
-  std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
-                                              std::vector<BoundedRegion> regions) override {
-    return bounded_->PostReceive(op, std::move(regions));
-  }
-  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override {
-    bounded_->Send(peer, op, src, nbytes);
-  }
-  void Detach(uint64_t op) override { bounded_->Detach(op); }
-  void Release(uint64_t op) override { bounded_->Release(op); }
-  size_t PacketPayload() const override { return bounded_->PacketPayload(); }
+  // OptiReduce's bounded channel (bounded/bounded_endpoint.h).
+  optireduce::BoundedChannel* bounded_channel() override { return bounded_.get(); }
   BoundedReceiverCounters bounded_counters() const { return bounded_->counters(); }
 
  private:

@@ -540,9 +540,11 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
     if (tx_n == kBurst) Flush();
     uint8_t* bounce = tx_bounce.data() + tx_n * static_cast<size_t>(bounded_payload);
     uint64_t len = 0, size = 0;
+    bool estimated = false;
     const int access = !c.bounded.read_source ? 0 :
-        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n) {
+        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n, bool est) {
           size = n;
+          estimated = est;
           const uint64_t end = std::min<uint64_t>(j.ranges[j.range].second, n);
           if (j.next >= end) return;
           len = std::min<uint64_t>(bounded_payload, end - j.next);
@@ -560,7 +562,8 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
     WireHeader h;
     FillHeader(c, p, &h);
     h.type = static_cast<uint8_t>(PacketType::kData);
-    h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0);
+    h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0) |
+              (estimated ? kFlagEstimated : 0);
     h.message_id = j.op;
     h.offset = j.next;
     h.total_length = size;
@@ -585,7 +588,8 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
         return;
       }
       c.bounded.on_data(p.rank, h.message_id, h.offset, payload,
-                        h.payload_length, (h.flags & kFlagLast) != 0);
+                        h.payload_length, (h.flags & kFlagLast) != 0,
+                        (h.flags & kFlagEstimated) != 0);
       return;
     case PacketType::kRepair: {
       Bump(stats.repair_requests_received);

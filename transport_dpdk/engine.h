@@ -36,14 +36,16 @@ enum class MsgKind : uint8_t {
 // call back into the engine.
 struct BoundedHooks {
   // One payload of bounded operation `op` from `src`.
+  // `estimated`: the sender marked the bytes as an estimate (kFlagEstimated).
   std::function<void(int src, uint64_t op, uint64_t offset, const uint8_t* data,
-                     size_t len, bool last)>
+                     size_t len, bool last, bool estimated)>
       on_data;
-  // Calls fn(bytes, size) with the source of `op` sent to `peer` while it is
-  // valid; returns 1 when it did, 0 once the source is gone, -1 when the source
-  // is busy right now (try again later; never blocks the progress thread).
+  // Calls fn(bytes, size, estimated) with the source of `op` sent to `peer`
+  // while it is valid; returns 1 when it did, 0 once the source is gone, -1 when
+  // the source is busy right now (try again later; never blocks the progress
+  // thread).
   std::function<int(uint64_t op, int peer,
-                    const std::function<void(const char*, size_t)>& fn)>
+                    const std::function<void(const char*, size_t, bool)>& fn)>
       read_source;
 };
 

@@ -64,7 +64,10 @@ enum PacketFlags : uint16_t {
   kFlagUnreliable = 1u << 2,
   // Bounded DATA among the last packets of its operation (early timeout).
   kFlagLast = 1u << 3,
-  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast,
+  // Bounded DATA whose bytes are an estimate: the sender's own inputs were
+  // incomplete (a TAR shard owner that lost phase-1 contributions).
+  kFlagEstimated = 1u << 4,
+  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast | kFlagEstimated,
 };
 
 struct WireHeader {

@@ -2,6 +2,7 @@
 // measured damage under loss, Hadamard's spreading of damage, stragglers, and repair above
 // the loss limit. Ranks are threads; calibration runs over Gloo TCP, bounded phases over
 // an in-memory channel with seeded packet drops.
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -245,6 +246,50 @@ TEST(BoundedTranspose, AboveLossLimitRepairsToExact) {
       EXPECT_FALSE(c.stats.damaged) << "loss after repair " << c.stats.loss_pct;
       EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, 1e-5);
     }
+  });
+}
+
+TEST(BoundedTranspose, AnOwnersIncompleteShardMarksEveryRankDamaged) {
+  // Everything rank 1 sends rank 0 in phase 1 is lost, repairs too: rank 0's reduced shard
+  // lacks rank 1's contribution (compensated). Ranks 1-3 receive that shard complete, yet
+  // their result is not exact either: rank 0 marks the shard and they must say so.
+  InMemoryBoundedHub hub(kRanks, 0.0, 11);
+  std::atomic<bool> cut{true};
+  hub.SetDropIf([&](int src, int dst, uint64_t op, bool) {
+    return cut && src == 1 && dst == 0 && (op & 1) == 0;  // phase-1 ids are even
+  });
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = 2;
+    o.min_bound = std::chrono::milliseconds(150);
+    o.hard_cap = std::chrono::seconds(2);
+    o.peer_timeout_factor = 0;
+    o.repair_budget_fraction = 0.2;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    for (uint64_t step = 0; step < 2; step++) {
+      Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
+    }
+    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, true, 0.05);
+    ASSERT_EQ(c.stats.mode, "bounded");
+    const Errors e = Compare(c.data, ExactSum(2));
+    EXPECT_GT(e.rel_l2, 1e-5) << "rank " << ctx->rank;  // the damage is real everywhere
+    EXPECT_LT(e.rel_l2, 0.1) << "rank " << ctx->rank;   // and compensated
+    EXPECT_TRUE(c.stats.damaged) << c.stats.ToJson();
+    if (ctx->rank == 0) {
+      EXPECT_EQ(c.stats.phase[0].late_peers, std::vector<int>{1}) << c.stats.ToJson();
+      EXPECT_TRUE(c.stats.phase[1].estimated_peers.empty()) << c.stats.ToJson();
+    } else {
+      EXPECT_EQ(c.stats.phase[1].estimated_peers, std::vector<int>{0}) << c.stats.ToJson();
+      EXPECT_EQ(c.stats.phase[1].bytes_received, c.stats.phase[1].bytes_expected);
+    }
+    Barrier(ctx);
+    if (ctx->rank == 0) cut = false;
+    Barrier(ctx);
+    Call next = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
+    EXPECT_FALSE(next.stats.damaged) << next.stats.ToJson();
+    EXPECT_TRUE(next.stats.phase[1].estimated_peers.empty()) << next.stats.ToJson();
+    EXPECT_LT(Compare(next.data, ExactSum(3)).rel_l2, 1e-5);
+    Barrier(ctx);
   });
 }
 

@@ -15,6 +15,8 @@
 
 #include "algorithms/allreduce.h"
 #include "tests/common/ranks.h"
+#include "transport_dpdk/bounded/bounded_endpoint.h"
+#include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/device.h"
 
 namespace optireduce {
@@ -234,6 +236,30 @@ TEST(OptiReduceModeUdp, HeavyLossRepairsToExactEveryTime) {
     b.setTag(6);
     gloo::barrier(b);
   }, options), "");
+}
+
+TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
+  // The Gloo context hands OptiReduce mode our endpoint itself, so the per-operation loss
+  // feedback reaches the engine's limit of concurrent senders (it starts at 1 and grows
+  // after a run of loss-free operations; any loss halves it).
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  testing::RunThreads(4, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto* endpoint = dynamic_cast<transport::BoundedEndpoint*>(BoundedChannelOf(*ctx));
+    ASSERT_NE(endpoint, nullptr);
+    ASSERT_EQ(endpoint->ConcurrentSenders(), 1);
+    auto policy = Policy(std::chrono::milliseconds(500));
+    transport::IncastControl model(ctx->size - 1, 1);
+    for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
+      Result r = Reduce(ctx, policy, step % 4, 0.05);
+      if (r.stats.mode == "bounded") model.OnOperation(r.stats.loss_pct / 100);
+    }
+    EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
+    EXPECT_GE(model.senders(), 1);
+    gloo::BarrierOptions b(ctx);
+    b.setTag(9);
+    gloo::barrier(b);
+  }, options);
 }
 
 TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersNorCorruptNextOperation) {

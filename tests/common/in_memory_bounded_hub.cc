@@ -19,14 +19,14 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
                           });
   }
 
-  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override {
-    sources_.Register(op, peer, src, nbytes);
+  void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override {
+    sources_.Register(op, peer, src, nbytes, estimated);
     const size_t packets = (nbytes + payload_ - 1) / payload_;
     const size_t last_from = packets - std::max<size_t>(1, packets / 100);
     for (size_t i = 0; i < packets; i++) {
       const size_t off = i * payload_;
       Deliver(peer, op, static_cast<const char*>(src) + off, off,
-              std::min(payload_, nbytes - off), i >= last_from);
+              std::min(payload_, nbytes - off), i >= last_from, estimated, false);
     }
   }
 
@@ -36,10 +36,11 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
 
   // A peer asks for `missing` ranges of what this rank sent it as `op`.
   void Serve(int peer, uint64_t op, const std::vector<ByteRange>& missing) {
-    sources_.With(op, peer, [&](const char* src, size_t nbytes) {
+    sources_.With(op, peer, [&](const char* src, size_t nbytes, bool estimated) {
       for (const ByteRange& r : missing) {
         for (size_t off = r.begin; off < std::min(r.end, nbytes); off += payload_) {
-          Deliver(peer, op, src + off, off, std::min({payload_, r.end - off, nbytes - off}), false);
+          Deliver(peer, op, src + off, off, std::min({payload_, r.end - off, nbytes - off}),
+                  false, estimated, true);
         }
       }
     });
@@ -49,10 +50,11 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   std::atomic<uint64_t> sent{0}, dropped{0};
 
  private:
-  void Deliver(int peer, uint64_t op, const char* data, size_t offset, size_t len, bool last) {
+  void Deliver(int peer, uint64_t op, const char* data, size_t offset, size_t len, bool last,
+               bool estimated, bool repair) {
     sent++;
-    bool lose;
-    {
+    bool lose = hub_->drop_if_ && hub_->drop_if_(rank_, peer, op, repair);
+    if (!lose) {
       std::lock_guard<std::mutex> lock(mu_);
       lose = std::uniform_real_distribution<double>(0, 1)(rng_) < drop_;
     }
@@ -60,7 +62,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
       dropped++;
       return;
     }
-    hub_->endpoints_[peer]->receiver().OnData(op, rank_, offset, data, len, last);
+    hub_->endpoints_[peer]->receiver().OnData(op, rank_, offset, data, len, last, estimated);
   }
 
   InMemoryBoundedHub* hub_;

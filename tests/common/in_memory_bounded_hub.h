@@ -3,6 +3,7 @@
 // mode can be tested over Gloo's TCP device without our transport.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -19,6 +20,10 @@ class InMemoryBoundedHub {
   InMemoryBoundedHub(int size, double drop, uint64_t seed, size_t payload = 1024);
   ~InMemoryBoundedHub();
   BoundedChannel* channel(int rank);
+  // Also drops every packet for which `drop(src, dst, op, repair)` is true (set before
+  // the ranks start).
+  using DropIf = std::function<bool(int src, int dst, uint64_t op, bool repair)>;
+  void SetDropIf(DropIf drop) { drop_if_ = std::move(drop); }
   transport::BoundedReceiverCounters counters(int rank) const;
   uint64_t sent_packets() const;
   uint64_t dropped_packets() const;
@@ -26,6 +31,7 @@ class InMemoryBoundedHub {
  private:
   class Endpoint;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
+  DropIf drop_if_;
 };
 
 }  // namespace testing

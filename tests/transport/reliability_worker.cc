@@ -395,8 +395,8 @@ class KillingChannel : public BoundedChannel {
     if (armed && at_ == KillAt::kRepair) return std::make_unique<KillingReceive>(std::move(rx));
     return rx;
   }
-  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override {
-    inner_->Send(peer, op, src, nbytes);
+  void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override {
+    inner_->Send(peer, op, src, nbytes, estimated);
     const int phase = static_cast<int>(op & 1) + 1;
     if (armed && ((at_ == KillAt::kDuringPhase1 && phase == 1) ||
                   (at_ == KillAt::kDuringPhase2 && phase == 2))) {
@@ -428,6 +428,7 @@ class KillingChannel : public BoundedChannel {
     std::vector<optireduce::ByteRange> Arrived(size_t index) const override {
       return inner_->Arrived(index);
     }
+    bool Estimated(size_t index) const override { return inner_->Estimated(index); }
 
    private:
     std::unique_ptr<BoundedReceive> inner_;
@@ -561,7 +562,7 @@ int PeerFail(int size) {
   {
     std::vector<char> junk(64 * 1024, 0x5a);
     if (BoundedChannel* old = optireduce::BoundedChannelOf(*ctx)) {
-      old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size());
+      old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size(), /*estimated=*/false);
       old->Detach(0x5a5a0);
     }
     ctx.reset();  // the bounded endpoint lets queued packets go (bounded wait)

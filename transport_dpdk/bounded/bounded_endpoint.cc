@@ -14,11 +14,10 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
       incast_(engine_->ContextSize(ctx) - 1, engine_->BoundedSenders(ctx)) {
   BoundedHooks hooks;
   hooks.on_data = [this](int src, uint64_t op, uint64_t offset, const uint8_t* data,
-                         size_t len, bool last) {
-    receiver_.OnData(op, src, offset, data, len, last);
+                         size_t len, bool last, bool estimated) {
+    receiver_.OnData(op, src, offset, data, len, last, estimated);
   };
-  hooks.read_source = [this](uint64_t op, int peer,
-                             const std::function<void(const char*, size_t)>& fn) {
+  hooks.read_source = [this](uint64_t op, int peer, const BoundedSources::ReadFn& fn) {
     switch (sources_.TryWith(op, peer, fn)) {
       case BoundedSources::Access::kDone: return 1;
       case BoundedSources::Access::kGone: return 0;
@@ -52,8 +51,9 @@ std::unique_ptr<BoundedReceive> BoundedEndpoint::PostReceive(
                         });
 }
 
-void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes) {
-  sources_.Register(op, peer, src, nbytes);
+void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes,
+                           bool estimated) {
+  sources_.Register(op, peer, src, nbytes, estimated);
   const absl::Status status = engine_->SendBounded(ctx_, peer, op, nbytes);
   if (!status.ok()) {
     GLOO_THROW_IO_EXCEPTION("optireduce bounded send: ", status.ToString());

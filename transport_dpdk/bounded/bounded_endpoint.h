@@ -25,7 +25,7 @@ class BoundedEndpoint : public BoundedChannel {
 
   std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
                                               std::vector<BoundedRegion> regions) override;
-  void Send(int peer, uint64_t op, const void* src, size_t nbytes) override;
+  void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override;
   void Detach(uint64_t op) override;
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
@@ -33,6 +33,8 @@ class BoundedEndpoint : public BoundedChannel {
   void OnOperationDone(double loss_fraction) override;
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
+  // Peers the engine sends this context's bounded data to at once (incast control).
+  int ConcurrentSenders() const { return engine_->BoundedSenders(ctx_); }
 
  private:
   std::shared_ptr<Engine> engine_;

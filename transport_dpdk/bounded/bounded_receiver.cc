@@ -135,6 +135,11 @@ class BoundedReceiver::Receive : public BoundedReceive {
     return out;
   }
 
+  bool Estimated(size_t index) const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    return index < posted_->regions.size() && posted_->regions[index].estimated;
+  }
+
  private:
   BoundedReceiver* owner_;
   const uint64_t op_;
@@ -150,7 +155,10 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
                                                       std::vector<BoundedRegion> regions,
                                                       RepairRequest repair) {
   auto posted = std::make_unique<Posted>();
-  for (const BoundedRegion& spec : regions) posted->regions.push_back(Region{spec, {}, 0, false});
+  for (const BoundedRegion& spec : regions) {
+    posted->regions.push_back(Region{});
+    posted->regions.back().spec = spec;
+  }
   posted->posted_at = Clock::now();
   posted->last_arrival = posted->posted_at;
   std::lock_guard<std::mutex> lock(mu_);
@@ -164,7 +172,7 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
   if (it != staged_.end()) {
     for (const Staged& s : it->second) {
       staged_bytes_ -= s.bytes.size();
-      ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last);
+      ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last, s.estimated);
     }
     staged_.erase(it);
     staged_order_.erase(std::find(staged_order_.begin(), staged_order_.end(), op));
@@ -173,7 +181,7 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
 }
 
 void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data,
-                                  size_t len, bool last) {
+                                  size_t len, bool last, bool estimated) {
   Region* region = nullptr;
   for (Region& r : posted.regions) {
     if (r.spec.peer == src) region = &r;
@@ -191,6 +199,7 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   // switch per datagram.
   bool wake = last && !region->last_seen;
   if (last) region->last_seen = true;
+  if (estimated) region->estimated = true;
   const auto now = Clock::now();
   posted.last_arrival = now;
   if (region->first_arrival == Clock::time_point{}) region->first_arrival = now;
@@ -229,7 +238,7 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
 }
 
 void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
-                             size_t len, bool last) {
+                             size_t len, bool last, bool estimated) {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = posted_.find(op);
   if (it != posted_.end()) {
@@ -237,7 +246,7 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
       counters_.stale_packets++;
       return;
     }
-    ApplyLocked(*it->second, src, offset, data, len, last);
+    ApplyLocked(*it->second, src, offset, data, len, last, estimated);
     return;
   }
   if (closed_.contains(op)) {
@@ -261,7 +270,7 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   auto& list = staged_[op];
   if (list.empty()) staged_order_.push_back(op);
   const char* p = static_cast<const char*>(data);
-  list.push_back(Staged{src, offset, last, std::vector<char>(p, p + len)});
+  list.push_back(Staged{src, offset, last, estimated, std::vector<char>(p, p + len)});
   staged_bytes_ += len;
   counters_.staged_packets++;
 }
@@ -282,16 +291,18 @@ BoundedReceiverCounters BoundedReceiver::counters() const {
   return counters_;
 }
 
-void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nbytes) {
+void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nbytes,
+                              bool estimated) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = sources_[op];
+  const Source fresh{static_cast<const char*>(src), nbytes, estimated, nullptr};
   for (auto& [p, source] : list) {
     if (p == peer) {
-      source = Source{static_cast<const char*>(src), nbytes, nullptr};
+      source = fresh;
       return;
     }
   }
-  list.emplace_back(peer, Source{static_cast<const char*>(src), nbytes, nullptr});
+  list.emplace_back(peer, fresh);
 }
 
 void BoundedSources::Detach(uint64_t op) {
@@ -367,29 +378,27 @@ void BoundedSources::Release(uint64_t op) {
   sources_.erase(it);
 }
 
-BoundedSources::Access BoundedSources::TryWith(
-    uint64_t op, int peer, const std::function<void(const char*, size_t)>& fn) const {
+BoundedSources::Access BoundedSources::TryWith(uint64_t op, int peer, const ReadFn& fn) const {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return Access::kBusy;
   auto it = sources_.find(op);
   if (it == sources_.end()) return Access::kGone;
   for (const auto& [p, source] : it->second) {
     if (p == peer) {
-      fn(source.src, source.nbytes);
+      fn(source.src, source.nbytes, source.estimated);
       return Access::kDone;
     }
   }
   return Access::kGone;
 }
 
-bool BoundedSources::With(uint64_t op, int peer,
-                          const std::function<void(const char*, size_t)>& fn) const {
+bool BoundedSources::With(uint64_t op, int peer, const ReadFn& fn) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sources_.find(op);
   if (it == sources_.end()) return false;
   for (const auto& [p, source] : it->second) {
     if (p == peer) {
-      fn(source.src, source.nbytes);
+      fn(source.src, source.nbytes, source.estimated);
       return true;
     }
   }

@@ -55,8 +55,10 @@ class BoundedReceiver {
   std::unique_ptr<BoundedReceive> Post(uint64_t op, std::vector<BoundedRegion> regions,
                                        RepairRequest repair);
 
-  // One payload of `op` from `src`: bytes [offset, offset + len) of that sender's region.
-  void OnData(uint64_t op, int src, uint64_t offset, const void* data, size_t len, bool last);
+  // One payload of `op` from `src`: bytes [offset, offset + len) of that sender's region;
+  // `estimated`: the sender marked them as an estimate (BoundedChannel::Send).
+  void OnData(uint64_t op, int src, uint64_t offset, const void* data, size_t len, bool last,
+              bool estimated = false);
 
   BoundedReceiverCounters counters() const;
 
@@ -67,6 +69,7 @@ class BoundedReceiver {
     std::map<size_t, size_t> arrived;  // begin -> end, disjoint, merged
     size_t bytes = 0;
     bool last_seen = false;
+    bool estimated = false;  // an applied payload carried the sender's "estimate" mark
     // For the adaptive peer timeout: the first payload, and when the region was done
     // (complete, or its last packets in). Epoch (zero): not yet.
     BoundedClock::time_point first_arrival{};
@@ -85,11 +88,12 @@ class BoundedReceiver {
     int src;
     uint64_t offset;
     bool last;
+    bool estimated;
     std::vector<char> bytes;
   };
 
   void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
-                   bool last);
+                   bool last, bool estimated);
   void CloseLocked(uint64_t op);
 
   const Options options_;
@@ -115,21 +119,23 @@ class BoundedSources {
   // an operation, when a rank has started at most a few more; and reusing few copies
   // keeps them hot (a fresh multi-MiB copy per operation costs page faults).
   static constexpr size_t kDetachedOps = 4;
-  void Register(uint64_t op, int peer, const void* src, size_t nbytes);
+  // `estimated`: the bytes are an estimate (see BoundedChannel::Send); readers learn it.
+  void Register(uint64_t op, int peer, const void* src, size_t nbytes, bool estimated);
   void Detach(uint64_t op);
   void Release(uint64_t op);
-  // Calls fn(src, nbytes) while the source is guaranteed valid; false if it is gone.
-  bool With(uint64_t op, int peer, const std::function<void(const char*, size_t)>& fn) const;
+  using ReadFn = std::function<void(const char* src, size_t nbytes, bool estimated)>;
+  // Calls fn while the source is guaranteed valid; false if it is gone.
+  bool With(uint64_t op, int peer, const ReadFn& fn) const;
   // Like With, but never waits: kBusy when another thread holds the sources (the
   // progress thread then tries again next iteration instead of starving a Detach).
   enum class Access { kDone, kGone, kBusy };
-  Access TryWith(uint64_t op, int peer,
-                 const std::function<void(const char*, size_t)>& fn) const;
+  Access TryWith(uint64_t op, int peer, const ReadFn& fn) const;
 
  private:
   struct Source {
     const char* src;
     size_t nbytes;
+    bool estimated;
     std::shared_ptr<std::vector<char>> owned;  // set once detached
   };
   const size_t budget_;
