@@ -50,11 +50,9 @@ TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_tr
 #  - reliability tests (soak, peer kill): timing-based, run in the normal build.
 ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|TimeoutPolicy|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
 # The late-rank tests (LateRankIsCut...) assert that the adaptive peer timeout ended a
-# phase, and HeavyLossRepairsToExact runs 12 repaired 4 MiB operations on 4 processes:
-# timing and run time again (the repair path is covered by AboveLossLimitRepairsToExact).
-# Under ASan's slowdown HeavyLoss once returned a 0.26% relative error with every rank
-# reporting its phases complete after repair: an open bug in the repair path (SECURITY.md).
-ASAN_EXCLUDE='LateRankIsCut|HeavyLossRepairsToExact|OnePercentDropIsMeasuredAndSmall|StragglerCostsOnlyItsContribution|StragglerDoesNotStall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
+# phase: timing again. HeavyLossRepairsToExact stays in: under ASan's slowdown its repairs
+# run out of time, which is what exposed the undeclared-damage bug (SECURITY.md).
+ASAN_EXCLUDE='LateRankIsCut|OnePercentDropIsMeasuredAndSmall|StragglerCostsOnlyItsContribution|StragglerDoesNotStall|UdpAllreduce64MiB|Reliability|Soak|PeerFailure|LargeBuffer|IdleProgressThreadUsesLittleCpu'
 # TSan: the tests that run the progress thread against application threads: loop-device
 # conformance (2-4 ranks) and faults, LoopDevice.*, udp conformance (4 ranks) and faults,
 # the peer-kill test, and the bounded-transpose tests that assert no timing. Left out:
