@@ -26,9 +26,12 @@ AllreduceBench::AllreduceBench(const std::string& name, std::shared_ptr<gloo::Co
                                size_t elements, int inputs, std::chrono::milliseconds timeout)
     : name_(name), context_(std::move(context)), elements_(elements), timeout_(timeout) {
   buffers_.resize(inputs);
-  for (auto& b : buffers_) {
-    b.resize(elements);
-    ptrs_.push_back(b.data());
+  pristine_.resize(inputs);
+  for (size_t k = 0; k < buffers_.size(); k++) {
+    buffers_[k].resize(elements);
+    ptrs_.push_back(buffers_[k].data());
+    pristine_[k].resize(elements);
+    for (size_t i = 0; i < elements; i++) pristine_[k][i] = Pattern(context_->rank, int(k), i);
   }
   Refill();
   const int count = static_cast<int>(elements);
@@ -54,8 +57,7 @@ float AllreduceBench::Pattern(int rank, int input, size_t i) const {
 
 void AllreduceBench::Refill() {
   for (size_t k = 0; k < buffers_.size(); k++) {
-    float* p = buffers_[k].data();
-    for (size_t i = 0; i < elements_; i++) p[i] = Pattern(context_->rank, int(k), i);
+    std::memcpy(buffers_[k].data(), pristine_[k].data(), elements_ * sizeof(float));
   }
 }
 

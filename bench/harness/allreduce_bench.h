@@ -50,6 +50,9 @@ class AllreduceBench {
   const size_t elements_;
   const std::chrono::milliseconds timeout_;
   std::vector<std::vector<float>> buffers_;
+  // The inputs as generated once: Refill copies them back (a memcpy, not a loop of integer
+  // divisions per element: ranks refill while their peers are still reducing).
+  std::vector<std::vector<float>> pristine_;
   std::vector<float*> ptrs_;
   std::unique_ptr<gloo::Algorithm> old_style_;  // ring, ring_chunked, halving_doubling, bcube
 };

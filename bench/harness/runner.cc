@@ -24,6 +24,7 @@
 #include "bench/harness/allreduce_bench.h"
 #include "bench/harness/report.h"
 #include "bench/harness/straggler.h"
+#include "bench/harness/worker_threads.h"
 #include "bench/local_ranks.h"
 #include "rendezvous/redis_store.h"
 
@@ -196,9 +197,12 @@ class RankRunner {
     std::vector<Batch> per_thread(benches.size());
     std::vector<std::exception_ptr> errors(benches.size());
     control_->Barrier();
-    std::vector<std::thread> threads;
-    for (size_t t = 0; t < benches.size(); t++) {
-      threads.emplace_back([&, t] {
+    if (!workers_ || workers_count_ != benches.size()) {
+      workers_.reset();
+      workers_ = std::make_unique<WorkerThreads>(benches.size());
+      workers_count_ = benches.size();
+    }
+    workers_->RunOnEach([&](size_t t) {
         try {
           std::mt19937_64 rng(o_.seed * 1000003 + o_.rank * 1009 + t + draws_++);
           Batch& b = per_thread[t];
@@ -220,9 +224,7 @@ class RankRunner {
         } catch (...) {
           errors[t] = std::current_exception();
         }
-      });
-    }
-    for (auto& th : threads) th.join();
+    });
     for (auto& e : errors) {
       if (e) std::rethrow_exception(e);
     }
@@ -352,6 +354,9 @@ class RankRunner {
   std::unique_ptr<StragglerDist> straggler_;
   int straggler_rank_ = -1;
   std::atomic<uint64_t> draws_{0};
+  // The rank threads, kept across batches (warm-up warms their scratch memory too).
+  std::unique_ptr<WorkerThreads> workers_;
+  size_t workers_count_ = 0;
 };
 
 }  // namespace

@@ -170,9 +170,10 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
   posted_[op] = posted.get();
   auto it = staged_.find(op);
   if (it != staged_.end()) {
-    for (const Staged& s : it->second) {
+    for (Staged& s : it->second) {
       staged_bytes_ -= s.bytes.size();
       ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last, s.estimated);
+      RecycleLocked(std::move(s.bytes));
     }
     staged_.erase(it);
     staged_order_.erase(std::find(staged_order_.begin(), staged_order_.end(), op));
@@ -257,9 +258,10 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   while (staged_bytes_ + len > options_.staging_bytes && !staged_order_.empty()) {
     const uint64_t victim = staged_order_.front();
     staged_order_.pop_front();
-    for (const Staged& s : staged_[victim]) {
+    for (Staged& s : staged_[victim]) {
       staged_bytes_ -= s.bytes.size();
       counters_.staging_overflow_packets++;
+      RecycleLocked(std::move(s.bytes));
     }
     staged_.erase(victim);
   }
@@ -269,10 +271,27 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   }
   auto& list = staged_[op];
   if (list.empty()) staged_order_.push_back(op);
-  const char* p = static_cast<const char*>(data);
-  list.push_back(Staged{src, offset, last, estimated, std::vector<char>(p, p + len)});
+  list.push_back(Staged{src, offset, last, estimated, TakeBufferLocked(data, len)});
   staged_bytes_ += len;
   counters_.staged_packets++;
+}
+
+std::vector<char> BoundedReceiver::TakeBufferLocked(const void* data, size_t len) {
+  std::vector<char> bytes;
+  if (!spare_buffers_.empty()) {
+    bytes = std::move(spare_buffers_.back());
+    spare_buffers_.pop_back();
+    spare_bytes_ -= bytes.capacity();
+  }
+  const char* p = static_cast<const char*>(data);
+  bytes.assign(p, p + len);
+  return bytes;
+}
+
+void BoundedReceiver::RecycleLocked(std::vector<char>&& bytes) {
+  if (spare_bytes_ + bytes.capacity() > options_.staging_bytes) return;  // freed
+  spare_bytes_ += bytes.capacity();
+  spare_buffers_.push_back(std::move(bytes));
 }
 
 void BoundedReceiver::CloseLocked(uint64_t op) {

@@ -95,6 +95,11 @@ class BoundedReceiver {
   void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
                    bool last, bool estimated);
   void CloseLocked(uint64_t op);
+  // Staged payload buffers are recycled: a fast peer stages a whole phase (megabytes in
+  // 32 KiB packets) almost every operation, and fresh heap memory for each costs the
+  // progress thread a page fault per 4 KiB once the allocator has returned it.
+  std::vector<char> TakeBufferLocked(const void* data, size_t len);
+  void RecycleLocked(std::vector<char>&& bytes);
 
   const Options options_;
   mutable std::mutex mu_;
@@ -103,6 +108,8 @@ class BoundedReceiver {
   absl::flat_hash_map<uint64_t, std::vector<Staged>> staged_;
   std::deque<uint64_t> staged_order_;
   size_t staged_bytes_ = 0;
+  std::vector<std::vector<char>> spare_buffers_;
+  size_t spare_bytes_ = 0;  // capacity held in spare_buffers_, at most the staging budget
   absl::flat_hash_set<uint64_t> closed_;
   std::deque<uint64_t> closed_order_;
   BoundedReceiverCounters counters_;
