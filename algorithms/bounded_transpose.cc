@@ -72,26 +72,44 @@ std::pair<size_t, size_t> WholeElements(const ByteRange& r, size_t count) {
   return {(r.begin + sizeof(T) - 1) / sizeof(T), std::min(count, r.end / sizeof(T))};
 }
 
-// Sums the arrived ranges of every peer into `mine` and compensates what is missing.
+// Sums the arrived ranges of every peer into `mine` and compensates what is missing. Only
+// the missing ranges are visited twice: without loss this is a plain vectorised sum.
 template <typename T>
 void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
                    const BoundedReceive& rx, int ranks, Compensation compensation) {
-  // Every element has the owner's own value. Reused per thread: no allocation per call.
-  thread_local std::vector<uint16_t> contributors;
-  contributors.assign(count, 1);
+  // (element, +1) where a peer's missing range starts, (element, -1) where it ends.
+  std::vector<std::pair<size_t, int>> events;
   for (size_t p = 0; p < peer_data.size(); p++) {
+    const T* src = peer_data[p];
+    size_t next = 0;  // first element not yet known to have arrived from this peer
     for (const ByteRange& r : rx.Arrived(p)) {
       const auto [begin, end] = WholeElements<T>(r, count);
-      const T* src = peer_data[p];
-      for (size_t i = begin; i < end; i++) {
-        mine[i] += src[i];
-        contributors[i]++;
+      if (end <= begin) continue;  // less than one whole element
+      if (begin > next) {
+        events.emplace_back(next, +1);
+        events.emplace_back(begin, -1);
       }
+      for (size_t i = begin; i < end; i++) mine[i] += src[i];
+      next = end;
+    }
+    if (next < count) {
+      events.emplace_back(next, +1);
+      events.emplace_back(count, -1);
     }
   }
-  if (compensation != Compensation::kDebias) return;
-  for (size_t i = 0; i < count; i++) {
-    if (contributors[i] < ranks) mine[i] *= static_cast<T>(ranks) / contributors[i];
+  if (compensation != Compensation::kDebias || events.empty()) return;
+  // Every element has the owner's own value; where `missing` peers lack it, the sum of the
+  // others is scaled by N / (N - missing).
+  std::sort(events.begin(), events.end());
+  int missing = 0;
+  size_t at = 0;
+  for (const auto& [pos, delta] : events) {
+    if (missing > 0 && pos > at) {
+      const T scale = static_cast<T>(ranks) / static_cast<T>(ranks - missing);
+      for (size_t i = at; i < pos; i++) mine[i] *= scale;
+    }
+    missing += delta;
+    at = pos;
   }
 }
 

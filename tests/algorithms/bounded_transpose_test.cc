@@ -255,7 +255,7 @@ TEST(BoundedTranspose, AnOwnersIncompleteShardMarksEveryRankDamaged) {
   // their result is not exact either: rank 0 marks the shard and they must say so.
   InMemoryBoundedHub hub(kRanks, 0.0, 11);
   std::atomic<bool> cut{true};
-  hub.SetDropIf([&](int src, int dst, uint64_t op, bool) {
+  hub.SetDropIf([&](int src, int dst, uint64_t op, size_t, bool) {
     return cut && src == 1 && dst == 0 && (op & 1) == 0;  // phase-1 ids are even
   });
   RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
@@ -289,6 +289,35 @@ TEST(BoundedTranspose, AnOwnersIncompleteShardMarksEveryRankDamaged) {
     EXPECT_FALSE(next.stats.damaged) << next.stats.ToJson();
     EXPECT_TRUE(next.stats.phase[1].estimated_peers.empty()) << next.stats.ToJson();
     EXPECT_LT(Compare(next.data, ExactSum(3)).rel_l2, 1e-5);
+    Barrier(ctx);
+  });
+}
+
+TEST(BoundedTranspose, DebiasScalesExactlyTheMissingElementsByNOverK) {
+  // Rank 1's first phase-1 packet to rank 0 (elements 0..255 of shard 0) is lost and not
+  // repaired (the loss is under the limit). Without Hadamard the result is checkable
+  // element by element: those 256 elements are the other three contributions times 4/3,
+  // every other element is the exact sum, on every rank.
+  InMemoryBoundedHub hub(kRanks, 0.0, 13, /*payload=*/1024);
+  hub.SetDropIf([&](int src, int dst, uint64_t op, size_t offset, bool repair) {
+    return src == 1 && dst == 0 && (op & 1) == 0 && offset == 0 && !repair;
+  });
+  constexpr size_t kLost = 1024 / sizeof(float);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (uint64_t step = 0; step < 2; step++) {
+      Allreduce(ctx, hub.channel(ctx->rank), policy, step, false, 0.05);
+    }
+    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, /*hadamard=*/false, 0.05);
+    ASSERT_EQ(c.stats.mode, "bounded");
+    EXPECT_FALSE(c.stats.damaged) << c.stats.ToJson();
+    size_t wrong = 0;
+    for (size_t i = 0; i < kCount; i++) {
+      double want = ExactSum(2)[i];
+      if (i < kLost) want = (want - Gradient(1, 2)[i]) * 4.0 / 3.0;
+      if (std::fabs(c.data[i] - want) > 1e-5 * (1 + std::fabs(want))) wrong++;
+    }
+    EXPECT_EQ(wrong, 0u) << "rank " << ctx->rank;
     Barrier(ctx);
   });
 }

@@ -53,7 +53,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   void Deliver(int peer, uint64_t op, const char* data, size_t offset, size_t len, bool last,
                bool estimated, bool repair) {
     sent++;
-    bool lose = hub_->drop_if_ && hub_->drop_if_(rank_, peer, op, repair);
+    bool lose = hub_->drop_if_ && hub_->drop_if_(rank_, peer, op, offset, repair);
     if (!lose) {
       std::lock_guard<std::mutex> lock(mu_);
       lose = std::uniform_real_distribution<double>(0, 1)(rng_) < drop_;

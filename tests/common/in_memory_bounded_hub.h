@@ -20,9 +20,10 @@ class InMemoryBoundedHub {
   InMemoryBoundedHub(int size, double drop, uint64_t seed, size_t payload = 1024);
   ~InMemoryBoundedHub();
   BoundedChannel* channel(int rank);
-  // Also drops every packet for which `drop(src, dst, op, repair)` is true (set before
-  // the ranks start).
-  using DropIf = std::function<bool(int src, int dst, uint64_t op, bool repair)>;
+  // Also drops every packet for which `drop(src, dst, op, offset, repair)` is true (set
+  // before the ranks start).
+  using DropIf =
+      std::function<bool(int src, int dst, uint64_t op, size_t offset, bool repair)>;
   void SetDropIf(DropIf drop) { drop_if_ = std::move(drop); }
   transport::BoundedReceiverCounters counters(int rank) const;
   uint64_t sent_packets() const;
