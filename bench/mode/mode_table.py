@@ -6,10 +6,13 @@ and OptiReduce mode, 4 local ranks, in three environments, one run:
   loss      1% packet loss (seeded, in our transport's I/O layer: Gloo's TCP cannot lose
             packets here, so its row is ring_chunked over our UDP transport, which
             retransmits them)
-  straggler one rank sleeps a random delay before each iteration (--straggler DIST)
+  straggler one rank sleeps a random delay before each iteration (--straggler DIST); the
+            default auto:0.8 draws it from an exponential whose mean is 0.8 x Gloo ring's
+            p50 without faults at that size, which makes ring's p99/p50 about 3
+            (an Exp(m) delay on a base b gives (b + 4.6 m) / (b + 0.69 m))
 
   /usr/bin/python3 bench/mode/mode_table.py [--sizes 4194304,16777216] [--iters 100]
-      [--straggler exp:15] [--csv FILE]
+      [--straggler auto:0.8 | exp:15 | ...] [--csv FILE]
 
 Every run is optireduce-bench --local-ranks 4 with --samples-csv; percentiles are over the
 timed iterations of rank 0 (p99.9 needs >= 1000 iterations to differ from the max).
@@ -60,7 +63,9 @@ def main():
     ap.add_argument("--sizes", default="4194304,16777216",
                     help="float32 elements per buffer, comma-separated (default 16 and 64 MiB)")
     ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--straggler", default="exp:15", help="delay distribution (ms) of the straggler env")
+    ap.add_argument("--straggler", default="auto:0.8",
+                    help="delay distribution (ms) of the straggler env, or auto:F (exponential, "
+                         "mean F x ring's no-fault p50 at each size)")
     ap.add_argument("--envs", default="none,loss,straggler")
     ap.add_argument("--csv", default="")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "optireduce-bench"))
@@ -73,10 +78,19 @@ def main():
     for e in envs:
         if e not in ("none", "loss", "straggler"):
             ap.error(f"--envs: unknown environment '{e}' (allowed: none, loss, straggler)")
+    auto_scale = None
+    if args.straggler.startswith("auto:"):
+        try:
+            auto_scale = float(args.straggler[5:])
+        except ValueError:
+            auto_scale = -1
+        if not auto_scale > 0:
+            ap.error(f"--straggler: auto:F needs a positive number F, got '{args.straggler}'")
     if not os.access(args.bench, os.X_OK):
         ap.error(f"--bench: '{args.bench}' is not an executable (build it: ./scripts/build.sh)")
 
     out = []
+    ring_p50_none = {}  # elements -> Gloo ring's p50 (ms) without faults, for auto stragglers
     print(f"{'env':10} {'MiB':>4} {'algorithm':28} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
           f"{'p99/p50':>8} {'p99 vs ring':>11} {'loss %':>7}", flush=True)
     for env in envs:
@@ -86,6 +100,15 @@ def main():
                 transport = "tcp" if algo == "allreduce_ring_chunked" else "udp"
                 extra = {}
                 straggler = args.straggler if env == "straggler" else ""
+                if env == "straggler" and auto_scale is not None:
+                    if elements not in ring_p50_none:
+                        us, _ = run(args.bench, "allreduce_ring_chunked", "tcp", elements,
+                                    args.iters, {}, "", timeout=1800)
+                        ring_p50_none[elements] = percentile(us, 0.5) / 1e3
+                    straggler = f"exp:{auto_scale * ring_p50_none[elements]:.1f}"
+                    if name == ALGOS[0][0]:
+                        print(f"# straggler at {elements * 4 // (1 << 20)} MiB: {straggler} ms "
+                              f"({auto_scale} x ring's no-fault p50)", flush=True)
                 if env == "loss":
                     extra["OPTIREDUCE_FAULTS"] = "drop=0.01,seed=7"
                     transport = "udp"
@@ -95,9 +118,12 @@ def main():
                 p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
                 if ring_p99 is None:
                     ring_p99 = p99
+                if env == "none" and algo == "allreduce_ring_chunked":
+                    ring_p50_none[elements] = p50
                 row = dict(env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
                            p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
-                           p99_vs_ring=p99 / ring_p99, loss_pct=loss, samples=len(us))
+                           p99_vs_ring=p99 / ring_p99, loss_pct=loss, samples=len(us),
+                           straggler_ms=straggler)
                 out.append(row)
                 print(f"{env:10} {row['mib']:>4} {label:28} {p50:8.1f} {p99:8.1f} {p999:9.1f} "
                       f"{p99 / p50:8.2f} {p99 / ring_p99:10.2f}x {loss:7.3f}", flush=True)

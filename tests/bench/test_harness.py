@@ -167,6 +167,7 @@ MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode"
     (["--envs", "none,cloudy"], "cloudy"),
     (["--sizes", "16M"], "--sizes"),
     (["--bench", "/nonexistent"], "--bench"),
+    (["--straggler", "auto:x"], "--straggler"),
 ])
 def test_mode_table_bad_flags(args, needle):
     p = subprocess.run(["/usr/bin/python3", MODE_TABLE] + args, stdout=subprocess.PIPE,
@@ -178,12 +179,12 @@ def test_mode_table_bad_flags(args, needle):
 def test_mode_table_small_run(bench_bin, tmp_path):
     out = tmp_path / "table.csv"
     p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
-                        "--iters", "5", "--envs", "none,loss", "--csv", str(out)],
+                        "--iters", "5", "--envs", "none,loss,straggler", "--csv", str(out)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(out.open()))
     assert [(r["env"], r["algorithm"].split()[0]) for r in rows] == [
-        (e, a) for e in ("none", "loss") for a in ("ring_chunked", "TAR", "OptiReduce")]
+        (e, a) for e in ("none", "loss", "straggler") for a in ("ring_chunked", "TAR", "OptiReduce")]
     for r in rows:
         assert int(r["samples"]) == 5
         assert float(r["p50_ms"]) <= float(r["p99_ms"]) <= float(r["p999_ms"])
@@ -191,3 +192,8 @@ def test_mode_table_small_run(bench_bin, tmp_path):
             assert float(r["loss_pct"]) == 0.0  # reliable algorithms lose nothing
     # The loss environment runs the ring over our UDP transport (Gloo's TCP cannot drop).
     assert rows[3]["algorithm"] == "ring_chunked (udp)"
+    # auto:0.8 — an exponential delay scaled from the no-fault ring's p50, the same for all.
+    delays = {r["straggler_ms"] for r in rows if r["env"] == "straggler"}
+    assert len(delays) == 1 and next(iter(delays)).startswith("exp:"), delays
+    assert float(next(iter(delays))[4:]) > 0
+    assert all(r["straggler_ms"] == "" for r in rows if r["env"] != "straggler")
