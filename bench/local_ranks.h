@@ -43,6 +43,9 @@ struct DeviceSpec {
   // dpdk: EAL arguments (empty: OPTIREDUCE_EAL_ARGS, else DPDK's defaults). RunLocalRanks
   // fills in a memif mesh between its ranks (sockets in its temporary directory).
   std::string eal_args;
+  // dpdk: fill UDP checksums (dpdk::attr::udp_checksum). RunLocalRanks's memif mesh turns
+  // them off: shared memory does not corrupt, and the engine's CRC32C covers every datagram.
+  bool udp_checksum = true;
 };
 
 // Throws std::invalid_argument naming the transport and the allowed ones when it is not
