@@ -328,6 +328,14 @@ void WarnNoBoundedService() {
   });
 }
 
+// A phase ended by the adaptive peer timeout: a late peer, not the network, set the pace.
+bool CutByPeerTimeout(const OpStats& stats) {
+  for (const PhaseStats& p : stats.phase) {
+    if (p.end == PhaseEnd::kPeerTimeout) return true;
+  }
+  return false;
+}
+
 // A phase ended at its deadline and no repair made it complete: the operation's duration
 // says only that it needed at least the bound.
 bool CutByDeadline(const OpStats& stats) {
@@ -399,6 +407,10 @@ void Run(const Job& job) {
       if (stats.mode == "bounded" && CutByDeadline(stats)) {
         job.policy->RecordCut(bytes, std::chrono::microseconds(
                                          static_cast<int64_t>(stats.bound_ms * 1000)));
+      } else if (stats.mode == "bounded" && CutByPeerTimeout(stats)) {
+        // A late peer, not the network, decided how long this one took: recording it would
+        // let stragglers raise the bound (and with it the peer timeout) until they are
+        // waited for again.
       } else {
         job.policy->Record(bytes, elapsed);
       }

@@ -60,9 +60,13 @@ class BoundedReceive {
   virtual PhaseEnd Wait(BoundedClock::time_point deadline, std::chrono::microseconds quiet,
                         double peer_factor = 0) = 0;
 
-  // Asks the senders to send the missing ranges again (their sources may be gone: then they
-  // don't answer) and waits until complete or `deadline`.
-  virtual PhaseEnd Repair(BoundedClock::time_point deadline) = 0;
+  // Asks the senders to send the missing ranges again and waits until complete or
+  // `deadline`. A sender that cannot serve says so: one whose sources are released is not
+  // waited for any longer; one that has not started the operation yet (a straggler) gets
+  // `not_started_grace` from its answer to start (its data is then repaired), else it is
+  // given up too. A sender that does not answer at all (dead) is waited for until `deadline`.
+  virtual PhaseEnd Repair(BoundedClock::time_point deadline,
+                          std::chrono::microseconds not_started_grace) = 0;
 
   // Byte ranges of region `index` that arrived, sorted and disjoint.
   virtual std::vector<ByteRange> Arrived(size_t index) const = 0;

@@ -43,9 +43,11 @@ uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
 
 // Waits for a phase, repairs it if the loss is above the limit, and records the outcome.
 // Repairs of both phases share one budget: the operation ends by `repair_end` at the latest.
+// `not_started_grace`: how long a peer that answers a repair with "not started" gets to start.
 void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                  Clock::time_point deadline, Clock::time_point repair_end,
-                 const BoundedTransposeArgs& a, PhaseStats* p) {
+                 microseconds not_started_grace, const BoundedTransposeArgs& a,
+                 PhaseStats* p) {
   const auto start = Clock::now();
   p->bytes_expected = 0;
   for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
@@ -53,7 +55,7 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   p->bytes_received = ArrivedBytes(rx, regions.size());
   if (LossFraction(*p) > a.max_loss && a.bound.repair_budget.count() > 0) {
     p->repaired = true;
-    rx.Repair(std::min(Clock::now() + a.bound.repair_budget, repair_end));
+    rx.Repair(std::min(Clock::now() + a.bound.repair_budget, repair_end), not_started_grace);
     p->bytes_received = ArrivedBytes(rx, regions.size());
   }
   for (size_t i = 0; i < regions.size(); i++) {
@@ -175,7 +177,13 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
                     plan.ShardCount(owner) * sizeof(T), /*estimated=*/false);
   }
-  FinishPhase(*rx1, regions1, start + half, repair_end, a, &stats->phase[0]);
+  // A peer that has not even started this allreduce when phase 1 asks it for a repair gets
+  // a quarter of the bound to start (ranks call an allreduce some time apart); after that
+  // it is a straggler: its contribution is compensated and the damage flagged instead of
+  // waiting the whole repair budget for it. An owner that has not started by the time
+  // phase 2 asks for its shard is one for certain: it gets only the quiet period.
+  FinishPhase(*rx1, regions1, start + half, repair_end,
+              std::max<microseconds>(a.bound.quiet, a.bound.bound / 4), a, &stats->phase[0]);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 
@@ -203,7 +211,8 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
       a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T), estimated);
     }
   }
-  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, a, &stats->phase[1]);
+  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, a.bound.quiet, a,
+              &stats->phase[1]);
   // Phase-1 sources are released before they are overwritten (what is still queued for
   // them is dropped; an owner still repairing gets no answer and compensates); the
   // reduced shard is copied so that late phase-2 repairs are still served while the

@@ -550,8 +550,8 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
           len = std::min<uint64_t>(bounded_payload, end - j.next);
           std::memcpy(bounce, src + j.next, len);
         });
-    if (access < 0) break;  // the owner is detaching its sources: next iteration
-    if (access == 0) {
+    if (access == -1) break;  // the owner is detaching its sources: next iteration
+    if (access == 0 || access <= -2) {
       p.bounded_queue.pop_front();
       continue;
     }
@@ -592,7 +592,29 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
                         (h.flags & kFlagEstimated) != 0);
       return;
     case PacketType::kRepair: {
+      if (h.flags & kFlagAbsent) {
+        Bump(stats.repair_absent_received);
+        if (c.bounded.on_absent) c.bounded.on_absent(p.rank, h.message_id, h.aux == 1);
+        return;
+      }
       Bump(stats.repair_requests_received);
+      // Data this rank cannot send (sources released, or the operation not started
+      // here yet) is answered at once, so the requester stops waiting for it.
+      const int can = !c.bounded.read_source ? 0 :
+          c.bounded.read_source(h.message_id, p.rank, [](const char*, size_t, bool) {});
+      if (can == -3) return;  // its other phase is running here: asked again later
+      if (can == 0 || can == -2) {
+        WireHeader r;
+        FillHeader(c, p, &r);
+        r.type = static_cast<uint8_t>(PacketType::kRepair);
+        r.flags = kFlagUnreliable | kFlagAbsent;
+        r.message_id = h.message_id;
+        r.aux = can == -2 ? 1 : 0;
+        Emit(p, r, nullptr, 0);
+        Flush();
+        Bump(stats.repair_absent_sent);
+        return;
+      }
       BoundedJob j;
       j.op = h.message_id;
       const size_t n = std::min<size_t>(h.payload_length / 16, 4096);

@@ -41,12 +41,17 @@ struct BoundedHooks {
                      size_t len, bool last, bool estimated)>
       on_data;
   // Calls fn(bytes, size, estimated) with the source of `op` sent to `peer`
-  // while it is valid; returns 1 when it did, 0 once the source is gone, -1 when
-  // the source is busy right now (try again later; never blocks the progress
-  // thread).
+  // while it is valid; returns 1 when it did, 0 once the source is gone
+  // (released), -2 when this rank has not started `op`, -3 when it has not
+  // registered `op` yet but is in the other phase of the same operation (the
+  // request is ignored: the requester asks again), -1 when the source is busy
+  // right now (try again later; never blocks the progress thread).
   std::function<int(uint64_t op, int peer,
                     const std::function<void(const char*, size_t, bool)>& fn)>
       read_source;
+  // `src` answered a repair request for `op`: it cannot serve it (its sources
+  // are released, or with `not_started` it has not started the operation).
+  std::function<void(int src, uint64_t op, bool not_started)> on_absent;
 };
 
 class Engine {

@@ -22,7 +22,8 @@ std::string Stats::ToString() const {
       " offset ", bad_offset, " msg ", unknown_message, " window ",
       out_of_window, " unsupported ", unsupported, "; bounded tx ",
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
-      repair_requests_sent, "/", repair_requests_received);
+      repair_requests_sent, "/", repair_requests_received, " absent ",
+      repair_absent_sent, "/", repair_absent_received);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -65,6 +66,8 @@ Stats AtomicStats::Snapshot() const {
   s.bounded_rx_packets = r(bounded_rx_packets);
   s.repair_requests_sent = r(repair_requests_sent);
   s.repair_requests_received = r(repair_requests_received);
+  s.repair_absent_sent = r(repair_absent_sent);
+  s.repair_absent_received = r(repair_absent_received);
   return s;
 }
 

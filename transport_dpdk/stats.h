@@ -31,6 +31,7 @@ struct Stats {
   // Bounded service (OptiReduce mode).
   uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
   uint64_t repair_requests_sent = 0, repair_requests_received = 0;
+  uint64_t repair_absent_sent = 0, repair_absent_received = 0;  // "cannot serve" answers
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -49,6 +50,7 @@ struct AtomicStats {
   std::atomic<uint64_t> unsupported{0};
   std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
   std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
+  std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};
   Stats Snapshot() const;
 };
 

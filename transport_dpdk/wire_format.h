@@ -67,7 +67,12 @@ enum PacketFlags : uint16_t {
   // Bounded DATA whose bytes are an estimate: the sender's own inputs were
   // incomplete (a TAR shard owner that lost phase-1 contributions).
   kFlagEstimated = 1u << 4,
-  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast | kFlagEstimated,
+  // kRepair answered by the sender that cannot serve it (empty payload): aux 0
+  // its sources of message_id are released, aux 1 it has not started that
+  // operation yet. The requester stops waiting for data that is not coming.
+  kFlagAbsent = 1u << 5,
+  kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast | kFlagEstimated |
+                kFlagAbsent,
 };
 
 struct WireHeader {

@@ -218,7 +218,10 @@ TEST(BoundedTranspose, StragglerCostsOnlyItsContribution) {
     Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
     for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
     if (!straggler) {
-      EXPECT_LT(c.seconds, bound_s + budget_s + 0.5);
+      // The straggler answers the repair requests "not started": after the phase-1 grace
+      // (a quarter of the bound) and the phase-2 quiet period it is given up, well before
+      // the repair budget runs out.
+      EXPECT_LT(c.seconds, 1.25 * bound_s + 0.5 * budget_s + 0.25);
       EXPECT_TRUE(c.stats.damaged);
       EXPECT_GT(c.stats.loss_pct, 5.0);
       EXPECT_LT(Compare(c.data, ExactSum(3)).rel_l2, 0.2);  // 3 of 4 contributions, debiased
@@ -231,7 +234,10 @@ TEST(BoundedTranspose, StragglerCostsOnlyItsContribution) {
     EXPECT_LT(Compare(next.data, ExactSum(4)).rel_l2, 1e-5);
   });
   uint64_t stale = 0;
-  for (int r = 0; r < kRanks - 1; r++) stale += hub.counters(r).stale_packets;
+  for (int r = 0; r < kRanks - 1; r++) {
+    stale += hub.counters(r).stale_packets;
+    EXPECT_GT(hub.counters(r).absent_answers, 0u) << "rank " << r << " never heard 'not started'";
+  }
   EXPECT_GT(stale, 0u) << "the straggler's late phase-2 packets should be dropped as stale";
 }
 

@@ -34,9 +34,10 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override { return payload_; }
 
-  // A peer asks for `missing` ranges of what this rank sent it as `op`.
+  // A peer asks for `missing` ranges of what this rank sent it as `op`; what this rank
+  // cannot send (released, or not started) it says so, as the engine does.
   void Serve(int peer, uint64_t op, const std::vector<ByteRange>& missing) {
-    sources_.With(op, peer, [&](const char* src, size_t nbytes, bool estimated) {
+    const auto access = sources_.With(op, peer, [&](const char* src, size_t nbytes, bool estimated) {
       for (const ByteRange& r : missing) {
         for (size_t off = r.begin; off < std::min(r.end, nbytes); off += payload_) {
           Deliver(peer, op, src + off, off, std::min({payload_, r.end - off, nbytes - off}),
@@ -44,6 +45,11 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
         }
       }
     });
+    if (access == transport::BoundedSources::Access::kGone ||
+        access == transport::BoundedSources::Access::kNotStarted) {
+      hub_->endpoints_[peer]->receiver().OnAbsent(
+          op, rank_, access == transport::BoundedSources::Access::kNotStarted);
+    }
   }
 
   transport::BoundedReceiver& receiver() { return receiver_; }

@@ -422,7 +422,8 @@ class KillingChannel : public BoundedChannel {
                               std::chrono::microseconds quiet, double peer_factor) override {
       return inner_->Wait(deadline, quiet, peer_factor);
     }
-    optireduce::PhaseEnd Repair(optireduce::BoundedClock::time_point deadline) override {
+    optireduce::PhaseEnd Repair(optireduce::BoundedClock::time_point deadline,
+                                std::chrono::microseconds) override {
       Die("while repairing");
     }
     std::vector<optireduce::ByteRange> Arrived(size_t index) const override {

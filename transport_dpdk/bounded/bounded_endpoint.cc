@@ -22,8 +22,13 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
       case BoundedSources::Access::kDone: return 1;
       case BoundedSources::Access::kGone: return 0;
       case BoundedSources::Access::kBusy: return -1;
+      case BoundedSources::Access::kNotStarted: return -2;
+      case BoundedSources::Access::kPending: return -3;
     }
     return 0;
+  };
+  hooks.on_absent = [this](int src, uint64_t op, bool not_started) {
+    receiver_.OnAbsent(op, src, not_started);
   };
   engine_->SetBoundedHooks(ctx_, std::move(hooks));
 }

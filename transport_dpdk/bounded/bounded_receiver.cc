@@ -23,14 +23,17 @@ class BoundedReceiver::Receive : public BoundedReceive {
   PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet,
                 double peer_factor) override {
     std::unique_lock<std::mutex> lock(owner_->mu_);
-    const PhaseEnd end = WaitLocked(lock, deadline, quiet, peer_factor);
+    const PhaseEnd end = WaitLocked(lock, deadline, quiet, peer_factor, std::nullopt);
     // The caller reads the regions from now on (interface contract): no more writes.
     posted_->accepting = false;
     return end;
   }
 
+  // With `settle_grace` (repairs): also returns (kDeadline) once every incomplete region's
+  // sender said it cannot serve — released, or not started for longer than the grace.
   PhaseEnd WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
-                      std::chrono::microseconds quiet, double peer_factor) {
+                      std::chrono::microseconds quiet, double peer_factor,
+                      std::optional<std::chrono::microseconds> settle_grace) {
     for (;;) {
       bool complete = true;
       bool all_last = true;
@@ -40,9 +43,20 @@ class BoundedReceiver::Receive : public BoundedReceive {
       }
       if (complete) return PhaseEnd::kComplete;
       const auto now = Clock::now();
+      Clock::time_point settle_wake = Clock::time_point::max();
+      if (settle_grace) {
+        bool settled = true;
+        for (const Region& r : posted_->regions) {
+          if (r.bytes == r.spec.nbytes || r.released) continue;
+          if (r.not_started && now >= r.absent_at + *settle_grace) continue;
+          settled = false;
+          if (r.not_started) settle_wake = std::min(settle_wake, r.absent_at + *settle_grace);
+        }
+        if (settled) return PhaseEnd::kDeadline;
+      }
       if (all_last && now - posted_->last_arrival >= quiet) return PhaseEnd::kEarlyTimeout;
       if (now >= deadline) return PhaseEnd::kDeadline;
-      auto wake = deadline;
+      auto wake = std::min(deadline, settle_wake);
       if (all_last) wake = std::min(wake, posted_->last_arrival + quiet);
       if (peer_factor > 0) {
         const auto peer_deadline = PeerDeadline(deadline, quiet, peer_factor);
@@ -86,7 +100,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
     return latest;
   }
 
-  PhaseEnd Repair(Clock::time_point deadline) override {
+  PhaseEnd Repair(Clock::time_point deadline,
+                  std::chrono::microseconds not_started_grace) override {
     {
       std::lock_guard<std::mutex> lock(owner_->mu_);
       posted_->accepting = true;
@@ -98,9 +113,12 @@ class BoundedReceiver::Receive : public BoundedReceive {
       RequestMissing();
       const auto until = std::min(deadline, Clock::now() + interval);
       std::unique_lock<std::mutex> lock(owner_->mu_);
-      // Repairs come without "last" flags: wait for completeness or the deadline only.
-      const PhaseEnd end = WaitLocked(lock, until, std::chrono::hours(24), /*peer_factor=*/0);
-      if (end == PhaseEnd::kComplete || Clock::now() >= deadline) {
+      // Repairs come without "last" flags: wait for completeness, for every sender to have
+      // said it cannot serve, or the deadline.
+      const PhaseEnd end = WaitLocked(lock, until, std::chrono::hours(24), /*peer_factor=*/0,
+                                      not_started_grace);
+      if (end == PhaseEnd::kComplete || Clock::now() >= deadline ||
+          (end == PhaseEnd::kDeadline && Clock::now() < until)) {
         posted_->accepting = false;
         return end == PhaseEnd::kComplete ? end : PhaseEnd::kDeadline;
       }
@@ -112,6 +130,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
     {
       std::lock_guard<std::mutex> lock(owner_->mu_);
       for (const Region& r : posted_->regions) {
+        if (r.released) continue;  // its sender said the data is gone
         std::vector<ByteRange> missing;
         size_t next = 0;
         for (const auto& [begin, end] : r.arrived) {
@@ -201,6 +220,7 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   bool wake = last && !region->last_seen;
   if (last) region->last_seen = true;
   if (estimated) region->estimated = true;
+  region->not_started = false;  // it has started after all
   const auto now = Clock::now();
   posted.last_arrival = now;
   if (region->first_arrival == Clock::time_point{}) region->first_arrival = now;
@@ -305,6 +325,23 @@ void BoundedReceiver::CloseLocked(uint64_t op) {
   }
 }
 
+void BoundedReceiver::OnAbsent(uint64_t op, int src, bool not_started) {
+  std::lock_guard<std::mutex> lock(mu_);
+  counters_.absent_answers++;
+  auto it = posted_.find(op);
+  if (it == posted_.end()) return;
+  for (Region& r : it->second->regions) {
+    if (r.spec.peer != src) continue;
+    if (!not_started) {
+      r.released = true;
+    } else if (!r.not_started) {
+      r.not_started = true;
+      r.absent_at = Clock::now();
+    }
+  }
+  cv_.notify_all();
+}
+
 BoundedReceiverCounters BoundedReceiver::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
@@ -314,6 +351,7 @@ void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nby
                               bool estimated) {
   std::lock_guard<std::mutex> lock(mu_);
   auto& list = sources_[op];
+  forgotten_.erase(op);  // an id reused long after (stays in forgotten_order_ until it ages)
   const Source fresh{static_cast<const char*>(src), nbytes, estimated, nullptr};
   for (auto& [p, source] : list) {
     if (p == peer) {
@@ -381,6 +419,7 @@ void BoundedSources::Detach(uint64_t op) {
       detached_bytes_ -= source.nbytes;
     }
     sources_.erase(v);
+    ForgetLocked(victim);
     for (auto& o : owned) {
       if (o.use_count() == 1 && spare_.size() < 8) spare_.push_back(std::move(o));
     }
@@ -395,13 +434,28 @@ void BoundedSources::Release(uint64_t op) {
     if (source.owned) detached_bytes_ -= source.nbytes;  // one owner per entry here
   }
   sources_.erase(it);
+  ForgetLocked(op);
+}
+
+void BoundedSources::ForgetLocked(uint64_t op) {
+  if (!forgotten_.insert(op).second) return;
+  forgotten_order_.push_back(op);
+  while (forgotten_order_.size() > 4096) {
+    forgotten_.erase(forgotten_order_.front());
+    forgotten_order_.pop_front();
+  }
+}
+
+BoundedSources::Access BoundedSources::MissingLocked(uint64_t op) const {
+  if (forgotten_.contains(op)) return Access::kGone;
+  return sources_.contains(op ^ 1) ? Access::kPending : Access::kNotStarted;
 }
 
 BoundedSources::Access BoundedSources::TryWith(uint64_t op, int peer, const ReadFn& fn) const {
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return Access::kBusy;
   auto it = sources_.find(op);
-  if (it == sources_.end()) return Access::kGone;
+  if (it == sources_.end()) return MissingLocked(op);
   for (const auto& [p, source] : it->second) {
     if (p == peer) {
       fn(source.src, source.nbytes, source.estimated);
@@ -411,17 +465,17 @@ BoundedSources::Access BoundedSources::TryWith(uint64_t op, int peer, const Read
   return Access::kGone;
 }
 
-bool BoundedSources::With(uint64_t op, int peer, const ReadFn& fn) const {
+BoundedSources::Access BoundedSources::With(uint64_t op, int peer, const ReadFn& fn) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = sources_.find(op);
-  if (it == sources_.end()) return false;
+  if (it == sources_.end()) return MissingLocked(op);
   for (const auto& [p, source] : it->second) {
     if (p == peer) {
       fn(source.src, source.nbytes, source.estimated);
-      return true;
+      return Access::kDone;
     }
   }
-  return false;
+  return Access::kGone;
 }
 
 }  // namespace transport

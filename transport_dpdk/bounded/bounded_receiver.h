@@ -35,6 +35,7 @@ struct BoundedReceiverCounters {
   uint64_t unknown_peer_packets = 0;  // op posted, but no region for this sender
   uint64_t staging_overflow_packets = 0;
   uint64_t duplicate_bytes = 0;
+  uint64_t absent_answers = 0;  // senders that said they cannot serve a repair
 };
 
 class BoundedReceiver {
@@ -60,6 +61,10 @@ class BoundedReceiver {
   void OnData(uint64_t op, int src, uint64_t offset, const void* data, size_t len, bool last,
               bool estimated = false);
 
+  // `src` cannot serve repairs of `op`: its sources are released (the data never
+  // comes), or `not_started` (it has not called this operation yet).
+  void OnAbsent(uint64_t op, int src, bool not_started);
+
   BoundedReceiverCounters counters() const;
 
  private:
@@ -70,6 +75,11 @@ class BoundedReceiver {
     size_t bytes = 0;
     bool last_seen = false;
     bool estimated = false;  // an applied payload carried the sender's "estimate" mark
+    // The sender answered a repair request with "cannot serve": released for good, or
+    // not started yet (since `absent_at`).
+    bool released = false;
+    bool not_started = false;
+    BoundedClock::time_point absent_at{};
     // For the adaptive peer timeout: the first payload, and when the region was done
     // (complete, or its last packets in). Epoch (zero): not yet.
     BoundedClock::time_point first_arrival{};
@@ -130,12 +140,16 @@ class BoundedSources {
   void Register(uint64_t op, int peer, const void* src, size_t nbytes, bool estimated);
   void Detach(uint64_t op);
   void Release(uint64_t op);
+  // kGone: released or forgotten (the data is never coming); kNotStarted: this rank has
+  // registered neither this operation nor its pair (it has not called it yet); kPending:
+  // not registered, but its pair is — operation ids come in pairs, the two phases of one
+  // TAR (`op` even, `op + 1`; BoundedOpId), and this rank is still in the other phase.
+  enum class Access { kDone, kGone, kBusy, kNotStarted, kPending };
   using ReadFn = std::function<void(const char* src, size_t nbytes, bool estimated)>;
-  // Calls fn while the source is guaranteed valid; false if it is gone.
-  bool With(uint64_t op, int peer, const ReadFn& fn) const;
+  // Calls fn while the source is guaranteed valid (kDone); else why it cannot.
+  Access With(uint64_t op, int peer, const ReadFn& fn) const;
   // Like With, but never waits: kBusy when another thread holds the sources (the
   // progress thread then tries again next iteration instead of starving a Detach).
-  enum class Access { kDone, kGone, kBusy };
   Access TryWith(uint64_t op, int peer, const ReadFn& fn) const;
 
  private:
@@ -153,6 +167,11 @@ class BoundedSources {
   // Copies of forgotten operations, reused so that steady-state Detach neither allocates
   // nor page-faults (a fresh multi-MiB copy per allreduce costs more than the copy).
   std::vector<std::shared_ptr<std::vector<char>>> spare_;
+  // Operations released or forgotten lately, to tell "gone" from "not started".
+  absl::flat_hash_set<uint64_t> forgotten_;
+  std::deque<uint64_t> forgotten_order_;
+  void ForgetLocked(uint64_t op);
+  Access MissingLocked(uint64_t op) const;
 };
 
 }  // namespace transport
