@@ -150,10 +150,12 @@ std::string RunUdp(int ranks, const std::string& faults, double max_loss, double
       for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
     }
     // The injected loss shows up in the statistics; a loaded host may add socket drops
-    // on top (the in-memory test checks the exact match).
+    // on top, and a rank it deschedules past the grace for starting an operation is given
+    // up as a straggler (a few ops of a run on a busy CI host: up to ~0.1-0.5% on average;
+    // the in-memory test checks the exact match).
     const double mean = loss / bounded;
     EXPECT_GE(mean, want_loss * 0.4) << "rank " << ctx->rank;
-    EXPECT_LE(mean, want_loss * 2 + 0.1) << "rank " << ctx->rank;
+    EXPECT_LE(mean, want_loss * 2 + 0.5) << "rank " << ctx->rank;
   }, options);
 }
 
