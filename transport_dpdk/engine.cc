@@ -551,7 +551,7 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
           std::memcpy(bounce, src + j.next, len);
         });
     if (access == -1) break;  // the owner is detaching its sources: next iteration
-    if (access == 0 || access <= -2) {
+    if (access != 1) {  // gone, not started or pending: nothing to send from
       p.bounded_queue.pop_front();
       continue;
     }

@@ -65,6 +65,31 @@ TEST(Crc32c, LargeInputsMatchTheBytewiseDefinition) {
   }
 }
 
+TEST(WireFormat, BoundedFlagsParse) {
+  // An estimated bounded DATA packet and a "cannot serve" repair answer are well-formed.
+  WireHeader h = Sample();
+  h.type = static_cast<uint8_t>(PacketType::kData);
+  h.flags = kFlagUnreliable | kFlagLast | kFlagEstimated;
+  h.offset = 0;
+  h.total_length = 8;
+  h.payload_length = 8;
+  WireHeader out;
+  auto d = Build(h, std::vector<uint8_t>(8, 3));
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  EXPECT_EQ(out.flags, h.flags);
+  h.type = static_cast<uint8_t>(PacketType::kRepair);
+  h.flags = kFlagUnreliable | kFlagAbsent;
+  h.payload_length = 0;
+  h.aux = 1;
+  d = Build(h, {});
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  EXPECT_EQ(out.flags, h.flags);
+  EXPECT_EQ(out.aux, 1u);
+  h.flags = kFlagUnreliable | (1u << 9);  // an unknown flag is still refused
+  d = Build(h, {});
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadFlags);
+}
+
 TEST(WireFormat, RoundTrip) {
   std::vector<uint8_t> payload(1000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
