@@ -141,6 +141,29 @@ void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive
   }
 }
 
+// Scratch of one thread's operations: the peers' phase-1 contributions to this rank's
+// shard and the other owners' phase-2 shards. Kept per thread and grown, never shrunk: fresh
+// memory page-faults, which on a VM costs more than a phase's deadline for tens of MiB
+// (the first bounded operation of a size then missed its deadlines on every rank). Hence
+// also PrepareBoundedTranspose, which the calibration operations call.
+template <typename T>
+struct Scratch {
+  T* peers = nullptr;   // (N - 1) x my shard
+  T* shards = nullptr;  // every shard but mine
+
+  static Scratch Get(const TransposePlan& plan, int rank) {
+    thread_local std::vector<T> peers_memory;
+    thread_local std::vector<T> shards_memory;
+    const size_t mine = plan.ShardCount(rank);
+    const size_t peers = mine * (plan.ranks() - 1);
+    const size_t others = plan.elements() - mine;
+    // resize() value-initialises the new elements: every page is touched here, once.
+    if (peers_memory.size() < peers) peers_memory.resize(peers);
+    if (shards_memory.size() < others) shards_memory.resize(others);
+    return {peers_memory.data(), shards_memory.data()};
+  }
+};
+
 template <typename T>
 void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   gloo::Context& ctx = *a.context;
@@ -157,10 +180,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
   T* mine = data + plan.ShardBegin(rank);
-  // Scratch for the peers' contributions, reused per thread (no page faults per call).
-  thread_local std::vector<T> scratch_memory;
-  if (scratch_memory.size() < my_count * (n - 1)) scratch_memory.resize(my_count * (n - 1));
-  T* scratch = scratch_memory.data();
+  T* scratch = Scratch<T>::Get(plan, rank).peers;
   std::vector<BoundedRegion> regions1;
   std::vector<T*> peer_data;
   if (my_count > 0) {
@@ -171,6 +191,20 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     }
   }
   auto rx1 = a.channel->PostReceive(op1, regions1);
+  // Phase 2's receive is posted now, before phase 1 starts: shards of owners that finish
+  // phase 1 before this rank are then not staged (copied twice). They land in scratch, not
+  // in place: in place they are still the sources of this rank's phase-1 sends (queued
+  // behind the staggered order, or asked for by a repair) until Release(op1) below.
+  T* shards_memory = Scratch<T>::Get(plan, rank).shards;
+  std::vector<BoundedRegion> regions2;
+  for (int step = 1; step < n; step++) {
+    const int owner = plan.RecvPeer(rank, step);
+    if (plan.ShardCount(owner) == 0) continue;
+    // Shards before mine keep their offset; those after it move down by my_count.
+    const size_t at = plan.ShardBegin(owner) - (owner > rank ? my_count : 0);
+    regions2.push_back({owner, shards_memory + at, plan.ShardCount(owner) * sizeof(T)});
+  }
+  auto rx2 = a.channel->PostReceive(op2, regions2);
   for (int step = 1; step < n; step++) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
@@ -191,22 +225,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // Phase 2: send my reduced shard to everyone, marked as an estimate when its inputs stayed
   // incomplete beyond the limit: the damage is then every rank's, not only this one's.
   const bool estimated = LossFraction(stats->phase[0]) > a.max_loss;
-  // The other shards land in scratch, not in
-  // place: in place they are still the sources of this rank's phase-1 sends (queued behind
-  // the staggered order, or asked for by a repair) until Release(op1) below.
-  thread_local std::vector<T> shards_memory;
-  const size_t others = plan.elements() - my_count;
-  if (shards_memory.size() < others) shards_memory.resize(others);
-  std::vector<BoundedRegion> regions2;
-  for (int step = 1; step < n; step++) {
-    const int owner = plan.RecvPeer(rank, step);
-    if (plan.ShardCount(owner) == 0) continue;
-    // Shards before mine keep their offset; those after it move down by my_count.
-    const size_t at = plan.ShardBegin(owner) - (owner > rank ? my_count : 0);
-    regions2.push_back({owner, shards_memory.data() + at, plan.ShardCount(owner) * sizeof(T)});
-  }
   const auto phase2_start = Clock::now();
-  auto rx2 = a.channel->PostReceive(op2, regions2);
   if (my_count > 0) {
     for (int step = 1; step < n; step++) {
       a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T), estimated);
@@ -231,6 +250,15 @@ uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase) {
   // Phase ids of one operation are consecutive (op, op + 1); the mix keeps operations of
   // different tags and counters apart.
   return (Mix((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1}) + (phase - 1);
+}
+
+void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks) {
+  const TransposePlan plan(elements, ranks);
+  if (type == DataType::kFloat64) {
+    Scratch<double>::Get(plan, rank);
+  } else {
+    Scratch<float>::Get(plan, rank);
+  }
 }
 
 void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {

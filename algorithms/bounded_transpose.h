@@ -43,6 +43,11 @@ struct BoundedTransposeArgs {
 // Runs both phases on `args.data` in place and fills the phase fields of `stats`.
 void BoundedTranspose(const BoundedTransposeArgs& args, OpStats* stats);
 
+// Sizes (and faults in) the calling thread's scratch for a later BoundedTranspose of this
+// shape, so that the first bounded operation does not spend its deadline on page faults.
+// Calibration operations call it.
+void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks);
+
 // Operation id of one phase (1 or 2) of the `counter`-th operation with `tag`.
 uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase);
 
