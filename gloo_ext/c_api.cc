@@ -158,6 +158,7 @@ OPTIREDUCE_EXPORT char* optireduce_config_json(void) {
                      : config->hadamard == optireduce::gloo_ext::HadamardSetting::kOn ? "on"
                                                                                     : "off"),
       ", \"timeout_ms\": ", config->timeout.count(), ", \"max_loss\": ", config->max_loss,
+      ", \"repair_budget\": ", config->repair_budget,
       ", \"udp_host\": ", JsonString(config->udp_host),
       ", \"udp_port_base\": ", config->udp_port_base,
       ", \"faults\": ", JsonString(config->faults),

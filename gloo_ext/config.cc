@@ -37,6 +37,10 @@ const std::vector<VariableDoc>& Table() {
        "bounded-mode time limit per operation; 0 = adaptive (default)"},
       {"OPTIREDUCE_MAX_LOSS", "", "number in [0, 1]",
        "bounded mode: largest tolerated fraction of lost data per operation (default 0.01)"},
+      {"OPTIREDUCE_REPAIR_BUDGET", "", "number in [0, 10]",
+       "bounded mode: extra time, as a fraction of the bound, to repair an operation above "
+       "the loss limit and to wait for a rank that has not started (default 1; 0 = never "
+       "repair, the paper's behaviour: shortest tail, most damage)"},
       {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
        "write the interposer's counters as JSON there at process exit"},
       {"OPTIREDUCE_UDP_HOST", "", "IPv4 address or host name",
@@ -227,6 +231,19 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
       return Invalid("OPTIREDUCE_MAX_LOSS", t, "a number in [0, 1], e.g. 0.01");
     }
     c.max_loss = loss;
+  }
+
+  if (auto got = r.Get("OPTIREDUCE_REPAIR_BUDGET"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    double budget = 0;
+    const std::string& t = (*got)->second;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(t), &budget) || !std::isfinite(budget) ||
+        budget < 0 || budget > 10) {
+      return Invalid("OPTIREDUCE_REPAIR_BUDGET", t,
+                     "a fraction of the bound in [0, 10], e.g. 0.25 (0 = never repair)");
+    }
+    c.repair_budget = budget;
   }
 
   if (auto s = r.String("OPTIREDUCE_STATS_FILE", "", &c.stats_file); !s.ok()) return s;

@@ -19,6 +19,7 @@ void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind)
   std::call_once(once, [&config] {
     TimeoutOptions timeouts;
     if (config.timeout.count() > 0) timeouts.hard_cap = config.timeout;
+    timeouts.repair_budget_fraction = config.repair_budget;
     SetDefaultTimeoutOptions(timeouts);
     if (!config.stats_file.empty()) {
       StatsRegistry::Get().SetLogPath(

@@ -115,7 +115,9 @@ std::string BenchUsage(const char* argv0) {
       "                            normal:MEAN:STD, pareto:SCALE:SHAPE\n"
       "      --straggler-rank=R    Rank that straggles (default: the last)\n"
       "      --seed=N              Seed of the straggler draws (default 1)\n"
-      "      --timeout=SECONDS     Rendezvous/operation timeout (default 300)\n\n"
+      "      --timeout=SECONDS     Rendezvous/operation timeout (default 300)\n"
+      "      --repair-budget=F     optireduce: repair/wait-for-late-rank time as a fraction\n"
+      "                            of the bound (default 1, 0 = never repair)\n\n"
       "BENCHMARK is one of: ",
       absl::StrJoin(KnownBenchmarks(), ", "), "\n");
 }
@@ -206,6 +208,13 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
       {"--straggler-rank", integer(0, 4095, [&](long v) { o.straggler_rank = int(v); })},
       {"--seed", integer(0, 1L << 62, [&](long v) { o.seed = uint64_t(v); })},
       {"--timeout", integer(1, 86400, [&](long v) { o.timeout = std::chrono::seconds(v); })},
+      {"--repair-budget", Spec{true, [&](const std::string& f, const std::string& v) {
+                                 double x = 0;
+                                 if (!absl::SimpleAtod(v, &x) || !(x >= 0 && x <= 10))
+                                   return Bad(f, v, "a fraction of the bound in [0, 10]");
+                                 o.repair_budget = x;
+                                 return absl::OkStatus();
+                               }}},
   };
   const std::map<std::string, std::string> short_names = {
       {"-s", "--size"}, {"-r", "--rank"}, {"-h", "--redis-host"},

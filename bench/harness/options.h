@@ -48,6 +48,7 @@ struct BenchOptions {
   int straggler_rank = -1;        // -1: the last rank
   uint64_t seed = 1;              // straggler draws
   std::chrono::seconds timeout{300};  // every context operation and rendezvous
+  double repair_budget = 1.0;     // optireduce: TimeoutOptions::repair_budget_fraction
 };
 
 // The algorithms this harness runs.

@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/harness/allreduce_bench.h"
 #include "bench/harness/report.h"
+#include "algorithms/allreduce.h"
 #include "bench/harness/straggler.h"
 #include "bench/harness/worker_threads.h"
 #include "bench/local_ranks.h"
@@ -171,6 +172,12 @@ class RankRunner {
           if (j != o.rank) contexts_.back()->getPair(j)->setSync(true, o.busy_poll);
         }
       }
+    }
+    {
+      // OptiReduce mode's process-wide policy (this process is one rank).
+      TimeoutOptions timeouts;
+      timeouts.repair_budget_fraction = o.repair_budget;
+      SetDefaultTimeoutOptions(timeouts);
     }
     if (!o.straggler_dist.empty()) {
       straggler_ = std::make_unique<StragglerDist>(*StragglerDist::Parse(o.straggler_dist));

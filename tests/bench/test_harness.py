@@ -38,6 +38,8 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--ib-device", "mlx5_0", "allreduce"], "ibverbs"),
     (["--local-ranks", "2", "--elements"], "needs a value"),
     (["--local-ranks", "2", "--no-verify=1", "allreduce"], "takes no value"),
+    (["--local-ranks", "2", "--repair-budget", "-1", "optireduce"], "--repair-budget"),
+    (["--local-ranks", "2", "--repair-budget", "soon", "optireduce"], "[0, 10]"),
 ])
 def test_bad_flags_exit_2_with_message(bench_bin, args, needle):
     env = dict(os.environ)
@@ -158,6 +160,33 @@ def test_stats_file_logs_every_optireduce_operation(bench_bin, tmp_path):
     for r in bounded:
         assert r["phase1"]["end"] in ("complete", "early_timeout", "peer_timeout", "deadline")
         assert r["phase1"]["bytes_expected"] == 4096 * 4 // 2
+
+
+def test_repair_budget_zero_never_repairs(bench_bin, tmp_path):
+    # 15% injected datagram loss is far above the 5% loss limit: with the default budget
+    # operations that lose more repair; with --repair-budget 0 none does, and every one
+    # that lost more than the limit says it is damaged.
+    import json
+    runs = {}
+    for budget in ("1", "0"):
+        log = tmp_path / f"stats{budget}.jsonl"
+        p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "udp", "--elements", "16384",
+                            "--iteration-count", "12", "--warmup-iters", "20", "--no-verify",
+                            "--repair-budget", budget, "optireduce"],
+                           env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log),
+                                    OPTIREDUCE_FAULTS="drop=0.15,seed=3"),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=120)
+        assert p.returncode == 0, p.stderr
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        runs[budget] = [r for r in rows if r.get("mode") == "bounded"]
+        assert len(runs[budget]) >= 16, len(runs[budget])
+    def repaired(r):
+        return r["phase1"]["repaired"] or r["phase2"]["repaired"]
+    assert any(repaired(r) for r in runs["1"]), runs["1"][0]
+    assert not any(repaired(r) for r in runs["0"]), [r for r in runs["0"] if repaired(r)][0]
+    assert any(r["damaged"] for r in runs["0"])
+    assert all(r["damaged"] for r in runs["0"] if r["loss_pct"] > 5)
 
 
 MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode", "mode_table.py")

@@ -96,6 +96,17 @@ TEST(ConfigTest, MaxLoss) {
   }
 }
 
+TEST(ConfigTest, RepairBudget) {
+  EXPECT_DOUBLE_EQ(Parse({})->repair_budget, 1.0);
+  EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_REPAIR_BUDGET", "0.25"}})->repair_budget, 0.25);
+  EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_REPAIR_BUDGET", " 0 "}})->repair_budget, 0.0);
+  for (const char* bad : {"-0.5", "11", "inf", "nan", "half"}) {
+    EXPECT_THAT(ErrorOf({{"OPTIREDUCE_REPAIR_BUDGET", bad}}),
+                AllOf(HasSubstr("OPTIREDUCE_REPAIR_BUDGET"), HasSubstr("[0, 10]")))
+        << bad;
+  }
+}
+
 TEST(ConfigTest, UdpSettings) {
   absl::StatusOr<Config> c = Parse({{"OPTIREDUCE_UDP_HOST", "10.0.0.7"},
                                     {"OPTIREDUCE_UDP_PORT_BASE", "40000"},
