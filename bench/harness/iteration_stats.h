@@ -12,6 +12,9 @@ struct IterationStats {
   double loss_fraction = 0;  // share of the gradient bytes that did not arrive (0..1)
   // Which timeout ended each phase, e.g. "early/hard"; "-" when none fired.
   std::string phase_timeouts = "-";
+  // OptiReduce mode flagged the result as damaged (loss above the limit not repaired, or
+  // an owner's shard estimated): a training loop would skip such a step.
+  bool damaged = false;
 };
 
 }  // namespace bench

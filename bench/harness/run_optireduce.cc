@@ -39,6 +39,7 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
   *stats = IterationStats{};
   if (op.mode == "bounded") {
     stats->loss_fraction = op.loss_pct / 100.0;
+    stats->damaged = op.damaged;
     stats->phase_timeouts =
         std::string(Short(op.phase[0].end)) + "/" + Short(op.phase[1].end);
   } else if (!op.mode.empty()) {

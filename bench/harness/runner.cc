@@ -325,10 +325,11 @@ class RankRunner {
                    o_.samples_csv.c_str());
       return;
     }
-    if (std::ftell(f) == 0) std::fprintf(f, "benchmark,transport,processes,elements,iteration,us,loss_pct\n");
+    if (std::ftell(f) == 0) std::fprintf(f, "benchmark,transport,processes,elements,iteration,us,loss_pct,damaged\n");
     for (size_t i = 0; i < r.nanos.size(); i++) {
-      std::fprintf(f, "%s,%s,%d,%zu,%zu,%.3f,%.4f\n", o_.benchmark.c_str(), o_.transport.c_str(),
-                   o_.size, r.elements, i, r.nanos[i] / 1e3, 100 * r.stats[i].loss_fraction);
+      std::fprintf(f, "%s,%s,%d,%zu,%zu,%.3f,%.4f,%d\n", o_.benchmark.c_str(),
+                   o_.transport.c_str(), o_.size, r.elements, i, r.nanos[i] / 1e3,
+                   100 * r.stats[i].loss_fraction, r.stats[i].damaged ? 1 : 0);
     }
     std::fclose(f);
   }

@@ -12,7 +12,7 @@ and OptiReduce mode, 4 local ranks, in three environments, one run:
             (an Exp(m) delay on a base b gives (b + 4.6 m) / (b + 0.69 m))
 
   /usr/bin/python3 bench/mode/mode_table.py [--sizes 4194304,16777216] [--iters 100]
-      [--straggler auto:0.8 | exp:15 | ...] [--csv FILE]
+      [--straggler auto:0.8 | exp:15 | ...] [--repair-budgets 1,0.25,0] [--csv FILE]
 
 Every run is optireduce-bench --local-ranks 4 with --samples-csv; percentiles are over the
 timed iterations of rank 0 (p99.9 needs >= 1000 iterations to differ from the max).
@@ -39,12 +39,15 @@ def percentile(v, q):
     return v[k]
 
 
-def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout):
+def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
+        repair_budget=None):
     with tempfile.TemporaryDirectory() as tmp:
         samples = os.path.join(tmp, "s.csv")
         cmd = [bench, "--local-ranks", "4", "-t", transport, "--elements", str(elements),
                "--iteration-count", str(iters), "--warmup-iters", "25",
                "--samples-csv", samples, "--timeout", "120", algo]
+        if repair_budget is not None:
+            cmd[1:1] = ["--repair-budget", repair_budget]
         if straggler:
             cmd[1:1] = ["--straggler-ms-dist", straggler]
         env = dict(os.environ, **env_extra)
@@ -55,7 +58,8 @@ def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout):
             rows = list(csv.DictReader(f))
     us = [float(r["us"]) for r in rows]
     loss = [float(r["loss_pct"]) for r in rows]
-    return us, sum(loss) / max(1, len(loss))
+    damaged = [int(r["damaged"]) for r in rows]
+    return us, sum(loss) / max(1, len(loss)), 100.0 * sum(damaged) / max(1, len(damaged))
 
 
 def main():
@@ -67,6 +71,9 @@ def main():
                     help="delay distribution (ms) of the straggler env, or auto:F (exponential, "
                          "mean F x ring's no-fault p50 at each size)")
     ap.add_argument("--envs", default="none,loss,straggler")
+    ap.add_argument("--repair-budgets", default="1",
+                    help="OptiReduce rows, one per repair budget (fraction of the bound; "
+                         "0 = never repair), comma-separated, e.g. 1,0.25,0")
     ap.add_argument("--csv", default="")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "optireduce-bench"))
     args = ap.parse_args()
@@ -86,35 +93,49 @@ def main():
             auto_scale = -1
         if not auto_scale > 0:
             ap.error(f"--straggler: auto:F needs a positive number F, got '{args.straggler}'")
+    budgets = [b for b in args.repair_budgets.split(",") if b]
+    for b in budgets:
+        try:
+            ok = 0 <= float(b) <= 10
+        except ValueError:
+            ok = False
+        if not ok:
+            ap.error(f"--repair-budgets: '{b}' is not a fraction of the bound in [0, 10]")
+    if not budgets:
+        ap.error("--repair-budgets: give at least one budget, e.g. 1")
+    algos = [(name, algo, None) for name, algo in ALGOS if algo != "optireduce"]
+    algos += [("OptiReduce", "optireduce", b) for b in budgets]
     if not os.access(args.bench, os.X_OK):
         ap.error(f"--bench: '{args.bench}' is not an executable (build it: ./scripts/build.sh)")
 
     out = []
     ring_p50_none = {}  # elements -> Gloo ring's p50 (ms) without faults, for auto stragglers
     print(f"{'env':10} {'MiB':>4} {'algorithm':28} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
-          f"{'p99/p50':>8} {'p99 vs ring':>11} {'loss %':>7}", flush=True)
+          f"{'p99/p50':>8} {'p99 vs ring':>11} {'loss %':>7} {'damaged %':>9}", flush=True)
     for env in envs:
         for elements in sizes:
             ring_p99 = None
-            for name, algo in ALGOS:
+            for name, algo, budget in algos:
                 transport = "tcp" if algo == "allreduce_ring_chunked" else "udp"
                 extra = {}
                 straggler = args.straggler if env == "straggler" else ""
                 if env == "straggler" and auto_scale is not None:
                     if elements not in ring_p50_none:
-                        us, _ = run(args.bench, "allreduce_ring_chunked", "tcp", elements,
+                        us, _, _ = run(args.bench, "allreduce_ring_chunked", "tcp", elements,
                                     args.iters, {}, "", timeout=1800)
                         ring_p50_none[elements] = percentile(us, 0.5) / 1e3
                     straggler = f"exp:{auto_scale * ring_p50_none[elements]:.1f}"
-                    if name == ALGOS[0][0]:
+                    if name == algos[0][0]:
                         print(f"# straggler at {elements * 4 // (1 << 20)} MiB: {straggler} ms "
                               f"({auto_scale} x ring's no-fault p50)", flush=True)
                 if env == "loss":
                     extra["OPTIREDUCE_FAULTS"] = "drop=0.01,seed=7"
                     transport = "udp"
                 label = f"{name} ({transport})"
-                us, loss = run(args.bench, algo, transport, elements, args.iters, extra,
-                               straggler, timeout=1800)
+                if budget is not None and budgets != ["1"]:
+                    label = f"{name} ({transport}, repair {budget})"
+                us, loss, damaged = run(args.bench, algo, transport, elements, args.iters, extra,
+                                        straggler, timeout=1800, repair_budget=budget)
                 p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
                 if ring_p99 is None:
                     ring_p99 = p99
@@ -122,11 +143,12 @@ def main():
                     ring_p50_none[elements] = p50
                 row = dict(env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
                            p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
-                           p99_vs_ring=p99 / ring_p99, loss_pct=loss, samples=len(us),
+                           p99_vs_ring=p99 / ring_p99, loss_pct=loss, damaged_pct=damaged,
+                           samples=len(us),
                            straggler_ms=straggler)
                 out.append(row)
                 print(f"{env:10} {row['mib']:>4} {label:28} {p50:8.1f} {p99:8.1f} {p999:9.1f} "
-                      f"{p99 / p50:8.2f} {p99 / ring_p99:10.2f}x {loss:7.3f}", flush=True)
+                      f"{p99 / p50:8.2f} {p99 / ring_p99:10.2f}x {loss:7.3f} {damaged:9.1f}", flush=True)
     if args.csv:
         with open(args.csv, "w", newline="") as f:
             w = csv.DictWriter(f, fieldnames=list(out[0].keys()))

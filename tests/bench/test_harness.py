@@ -197,6 +197,7 @@ MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode"
     (["--sizes", "16M"], "--sizes"),
     (["--bench", "/nonexistent"], "--bench"),
     (["--straggler", "auto:x"], "--straggler"),
+    (["--repair-budgets", "1,lots"], "lots"),
 ])
 def test_mode_table_bad_flags(args, needle):
     p = subprocess.run(["/usr/bin/python3", MODE_TABLE] + args, stdout=subprocess.PIPE,
@@ -226,3 +227,20 @@ def test_mode_table_small_run(bench_bin, tmp_path):
     assert len(delays) == 1 and next(iter(delays)).startswith("exp:"), delays
     assert float(next(iter(delays))[4:]) > 0
     assert all(r["straggler_ms"] == "" for r in rows if r["env"] != "straggler")
+    for r in rows:
+        assert 0.0 <= float(r["damaged_pct"]) <= 100.0
+        if not r["algorithm"].startswith("OptiReduce"):
+            assert float(r["damaged_pct"]) == 0.0
+
+
+def test_mode_table_one_optireduce_row_per_repair_budget(bench_bin, tmp_path):
+    out = tmp_path / "table.csv"
+    p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
+                        "--iters", "5", "--envs", "none", "--repair-budgets", "1,0",
+                        "--csv", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [r["algorithm"] for r in rows] == [
+        "ring_chunked (tcp)", "TAR (udp)", "OptiReduce (udp, repair 1)",
+        "OptiReduce (udp, repair 0)"]
