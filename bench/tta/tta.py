@@ -99,7 +99,7 @@ def torch_lib(args):
     return path
 
 
-def rank_env(config, loss, lib, seed):
+def rank_env(config, loss, lib, seed, repair_budget=None):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GLOO_", "OPTIREDUCE_")) and k != "LD_PRELOAD"}
     env["PYTHONPATH"] = os.path.join(REPO, "gloo_ext", "python") + os.pathsep + env.get("PYTHONPATH", "")
@@ -115,6 +115,8 @@ def rank_env(config, loss, lib, seed):
         env["GLOO_DEVICE_TRANSPORT"] = "UDP"
         if loss > 0:
             env["OPTIREDUCE_FAULTS"] = "drop=%g,seed=%d" % (loss, seed)
+        if repair_budget is not None:
+            env["OPTIREDUCE_REPAIR_BUDGET"] = "%g" % repair_budget
     return env
 
 
@@ -201,9 +203,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
             for r in range(args.ranks):
                 if loss > 0:
                     lab.set_drop(r, loss, "in")
-            env = rank_env(config, 0.0, lib, args.seed)
+            env = rank_env(config, 0.0, lib, args.seed, args.repair_budget)
         else:
-            env = rank_env(config, loss, lib, args.seed)
+            env = rank_env(config, loss, lib, args.seed, args.repair_budget)
         job = Job(args.ranks, env, settings, workdir, lab)
         deadline = time.monotonic() + args.timeout
         curve = []
@@ -267,6 +269,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     summary = {
         "config": config, "env": env_name, "straggler": dist_spec,
         "loss": loss if (config == "optireduce" or args.lab) else 0.0,
+        # As the library parsed it (OPTIREDUCE_REPAIR_BUDGET), not as this script meant it.
+        "repair_budget": (r0.get("config") or {}).get("repair_budget", "")
+                         if config == "optireduce" else "",
         "steps": r0["steps"], "train_s": round(r0["train_s"], 3),
         "target": args.target,
         "time_to_target_s": round(reached, 3) if reached is not None else "",
@@ -293,7 +298,8 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
 SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "target",
                   "time_to_target_s", "step_to_target", "final_accuracy", "final_accuracy_min",
                   "final_accuracy_max", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
-                  "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction"]
+                  "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction",
+                  "repair_budget"]
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
                     "repaired_ops", "damaged_ops"]
@@ -334,6 +340,10 @@ def add_common(ap):
     ap.add_argument("--straggler-rank", type=int, default=None,
                     help="rank that sleeps the straggler delay (default: the last)")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--repair-budget", type=float, default=None,
+                    help="optireduce config: OPTIREDUCE_REPAIR_BUDGET (fraction of the bound "
+                         "for repairs and for waiting on a rank that has not started; "
+                         "default: the library's, 1)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per job before it is killed (default 300; quick 60)")
     ap.add_argument("--torch-lib", default=None, help="liboptireduce_torch.so "
@@ -363,6 +373,9 @@ def finish_common(ap, args):
         ap.error("--bucket-mb must be positive, got %g" % args.bucket_mb)
     if args.lr <= 0:
         ap.error("--lr must be positive, got %g" % args.lr)
+    if args.repair_budget is not None and not 0 <= args.repair_budget <= 10:
+        ap.error("--repair-budget must be a fraction of the bound in [0, 10], got %g"
+                 % args.repair_budget)
     if args.timeout <= 0:
         ap.error("--timeout must be positive, got %g" % args.timeout)
     steps_per_epoch = (1437 // args.ranks) // args.batch

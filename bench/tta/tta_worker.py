@@ -105,6 +105,7 @@ result = {"rank": rank, "final_accuracy": evals[-1][3], "steps": step, "train_s"
           "evals": evals, "step_ms": step_ms, "sync_ms": sync_ms, "delay_ms": delay_ms}
 if settings["import_optireduce"]:
     result["stats"] = optireduce.stats()  # noqa: F821  (imported above, before torch)
+    result["config"] = optireduce.config()  # noqa: F821
 dist.barrier()
 dist.destroy_process_group()
 with open(out_path, "w") as f:

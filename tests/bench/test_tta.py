@@ -28,6 +28,7 @@ def tta(*args, timeout=100):
     (["--epochs", "0"], ["--epochs"]),
     (["--straggler-rank", "7"], ["--straggler-rank", "7"]),
     (["--bogus"], ["--bogus"]),
+    (["--repair-budget", "-1"], ["--repair-budget", "-1"]),
     (["calibrate", "--dists", "none,exp:x"], ["--dists", "exp:x"]),
 ])
 def test_bad_flag_is_named(args, needles):
@@ -44,7 +45,7 @@ def test_quick_run_trains_every_config(tmp_path):
     if not os.path.isfile(lib):
         pytest.fail("liboptireduce_torch.so not built at %s (set OPTIREDUCE_TORCH_LIB)" % lib)
     out = str(tmp_path / "out")
-    p = tta("--quick", "--out", out, "--torch-lib", lib, timeout=110)
+    p = tta("--quick", "--out", out, "--torch-lib", lib, "--repair-budget", "0.5", timeout=110)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
     configs = ["ring", "tar", "optireduce"]
 
@@ -78,6 +79,9 @@ def test_quick_run_trains_every_config(tmp_path):
     assert int(summary["tar"]["tar_calls"]) > 0, summary["tar"]
     assert int(summary["optireduce"]["optireduce_calls"]) > 0, summary["optireduce"]
     assert float(summary["optireduce"]["loss"]) > 0, summary["optireduce"]
+    # --repair-budget reached the library (as parsed by it), for OptiReduce mode only.
+    assert float(summary["optireduce"]["repair_budget"]) == 0.5, summary["optireduce"]
+    assert summary["ring"]["repair_budget"] == "" and summary["tar"]["repair_budget"] == ""
 
     with open(os.path.join(out, "tta.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
