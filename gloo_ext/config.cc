@@ -136,6 +136,23 @@ class Reader {
     return absl::OkStatus();
   }
 
+  // A finite number in [min, max]; `allowed` describes it in the error, e.g.
+  // "a number in [0, 1], e.g. 0.01".
+  absl::Status Number(absl::string_view name, double min, double max, absl::string_view allowed,
+                      double* out) {
+    auto got = Get(name, "");
+    if (!got.ok()) return got.status();
+    if (!*got) return absl::OkStatus();
+    const auto& [used, text] = **got;
+    double v = 0;
+    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(text), &v) || !std::isfinite(v) ||
+        v < min || v > max) {
+      return Invalid(used, text, allowed);
+    }
+    *out = v;
+    return absl::OkStatus();
+  }
+
   absl::Status String(absl::string_view name, absl::string_view alias, std::string* out) {
     auto got = Get(name, alias);
     if (!got.ok()) return got.status();
@@ -221,29 +238,16 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   }
   c.timeout = std::chrono::milliseconds(v);
 
-  if (auto got = r.Get("OPTIREDUCE_MAX_LOSS"); !got.ok()) {
-    return got.status();
-  } else if (*got) {
-    double loss = 0;
-    const std::string& t = (*got)->second;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(t), &loss) || !std::isfinite(loss) ||
-        loss < 0 || loss > 1) {
-      return Invalid("OPTIREDUCE_MAX_LOSS", t, "a number in [0, 1], e.g. 0.01");
-    }
-    c.max_loss = loss;
+  if (auto s = r.Number("OPTIREDUCE_MAX_LOSS", 0, 1, "a number in [0, 1], e.g. 0.01",
+                        &c.max_loss);
+      !s.ok()) {
+    return s;
   }
-
-  if (auto got = r.Get("OPTIREDUCE_REPAIR_BUDGET"); !got.ok()) {
-    return got.status();
-  } else if (*got) {
-    double budget = 0;
-    const std::string& t = (*got)->second;
-    if (!absl::SimpleAtod(absl::StripAsciiWhitespace(t), &budget) || !std::isfinite(budget) ||
-        budget < 0 || budget > 10) {
-      return Invalid("OPTIREDUCE_REPAIR_BUDGET", t,
-                     "a fraction of the bound in [0, 10], e.g. 0.25 (0 = never repair)");
-    }
-    c.repair_budget = budget;
+  if (auto s = r.Number("OPTIREDUCE_REPAIR_BUDGET", 0, 10,
+                        "a fraction of the bound in [0, 10], e.g. 0.25 (0 = never repair)",
+                        &c.repair_budget);
+      !s.ok()) {
+    return s;
   }
 
   if (auto s = r.String("OPTIREDUCE_STATS_FILE", "", &c.stats_file); !s.ok()) return s;
