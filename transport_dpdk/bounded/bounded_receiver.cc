@@ -462,7 +462,10 @@ BoundedSources::Access BoundedSources::TryWith(uint64_t op, int peer, const Read
       return Access::kDone;
     }
   }
-  return Access::kGone;
+  // The operation is registered but not yet this peer's part: the caller is still in its
+  // send loop (a rank registers its sends one peer at a time). "Gone" here made the peer
+  // stop waiting for data that was about to be sent.
+  return Access::kPending;
 }
 
 BoundedSources::Access BoundedSources::With(uint64_t op, int peer, const ReadFn& fn) const {
@@ -475,7 +478,10 @@ BoundedSources::Access BoundedSources::With(uint64_t op, int peer, const ReadFn&
       return Access::kDone;
     }
   }
-  return Access::kGone;
+  // The operation is registered but not yet this peer's part: the caller is still in its
+  // send loop (a rank registers its sends one peer at a time). "Gone" here made the peer
+  // stop waiting for data that was about to be sent.
+  return Access::kPending;
 }
 
 }  // namespace transport

@@ -143,7 +143,8 @@ class BoundedSources {
   // kGone: released or forgotten (the data is never coming); kNotStarted: this rank has
   // registered neither this operation nor its pair (it has not called it yet); kPending:
   // not registered, but its pair is — operation ids come in pairs, the two phases of one
-  // TAR (`op` even, `op + 1`; BoundedOpId), and this rank is still in the other phase.
+  // TAR (`op` even, `op + 1`; BoundedOpId), and this rank is still in the other phase — or
+  // registered for other peers but not yet for this one (still in its send loop).
   enum class Access { kDone, kGone, kBusy, kNotStarted, kPending };
   using ReadFn = std::function<void(const char* src, size_t nbytes, bool estimated)>;
   // Calls fn while the source is guaranteed valid (kDone); else why it cannot.

@@ -1,0 +1,63 @@
+// What the send side answers a repair request with (BoundedSources::With): the data, or why
+// not — the peer's reaction depends on it (re-ask, wait for a start, or give up at once).
+#include "transport_dpdk/bounded/bounded_receiver.h"
+
+#include <string>
+
+#include <gtest/gtest.h>
+
+namespace optireduce {
+namespace transport {
+namespace {
+
+using Access = BoundedSources::Access;
+
+Access Ask(const BoundedSources& s, uint64_t op, int peer, std::string* got = nullptr) {
+  return s.With(op, peer, [&](const char* src, size_t nbytes, bool) {
+    if (got != nullptr) got->assign(src, nbytes);
+  });
+}
+
+TEST(BoundedSources, AnswersFollowTheOperationsLife) {
+  BoundedSources sources;
+  const uint64_t op1 = 1000, op2 = 1001;  // the two phases of one TAR (BoundedOpId pairs)
+  const std::string to_peer1 = "for peer 1", to_peer2 = "for peer 2";
+  EXPECT_EQ(Ask(sources, op1, 1), Access::kNotStarted);
+
+  // A rank registers its sends one peer at a time: a request from a peer whose part is not
+  // registered yet is pending (asked again), never "gone" (the peer would give up on data
+  // about to be sent).
+  sources.Register(op1, 1, to_peer1.data(), to_peer1.size(), false);
+  std::string got;
+  EXPECT_EQ(Ask(sources, op1, 1, &got), Access::kDone);
+  EXPECT_EQ(got, to_peer1);
+  EXPECT_EQ(Ask(sources, op1, 2), Access::kPending);
+  sources.Register(op1, 2, to_peer2.data(), to_peer2.size(), false);
+  EXPECT_EQ(Ask(sources, op1, 2, &got), Access::kDone);
+  EXPECT_EQ(got, to_peer2);
+
+  // Phase 2 asked for while this rank is still in phase 1: pending.
+  EXPECT_EQ(Ask(sources, op2, 1), Access::kPending);
+
+  // Detached: served from a copy after the caller's memory is gone.
+  sources.Register(op2, 1, to_peer1.data(), to_peer1.size(), true);
+  sources.Release(op1);
+  EXPECT_EQ(Ask(sources, op1, 1), Access::kGone);
+  sources.Detach(op2);
+  std::string original = to_peer1;
+  bool estimated = false;
+  EXPECT_EQ(sources.With(op2, 1,
+                         [&](const char* src, size_t nbytes, bool est) {
+                           got.assign(src, nbytes);
+                           estimated = est;
+                         }),
+            Access::kDone);
+  EXPECT_EQ(got, original);
+  EXPECT_TRUE(estimated);
+  sources.Release(op2);
+  EXPECT_EQ(Ask(sources, op2, 1), Access::kGone);
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace optireduce
