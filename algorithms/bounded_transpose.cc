@@ -180,7 +180,8 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
   T* mine = data + plan.ShardBegin(rank);
-  T* scratch = Scratch<T>::Get(plan, rank).peers;
+  const Scratch<T> scratch_memory = Scratch<T>::Get(plan, rank);
+  T* scratch = scratch_memory.peers;
   std::vector<BoundedRegion> regions1;
   std::vector<T*> peer_data;
   if (my_count > 0) {
@@ -195,7 +196,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // phase 1 before this rank are then not staged (copied twice). They land in scratch, not
   // in place: in place they are still the sources of this rank's phase-1 sends (queued
   // behind the staggered order, or asked for by a repair) until Release(op1) below.
-  T* shards_memory = Scratch<T>::Get(plan, rank).shards;
+  T* shards_memory = scratch_memory.shards;
   std::vector<BoundedRegion> regions2;
   for (int step = 1; step < n; step++) {
     const int owner = plan.RecvPeer(rank, step);
