@@ -172,7 +172,10 @@ std::string RanksToString(const std::vector<int>& r) {
 
 struct Engine::Impl {
   Impl(std::unique_ptr<PacketIo> io_in, const EngineOptions& o, size_t rxbuf)
-      : io(std::move(io_in)), opts(o), rx_buffer_bytes(rxbuf) {
+      : io(std::move(io_in)),
+        opts(o),
+        rx_buffer_bytes(rxbuf),
+        link_protects_payload(io->ProtectsPayload()) {
     max_payload = io->MaxDatagram() - kHeaderBytes;
     bounded_payload = static_cast<uint32_t>(
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
@@ -182,6 +185,8 @@ struct Engine::Impl {
   std::unique_ptr<PacketIo> io;
   const EngineOptions opts;
   const size_t rx_buffer_bytes;
+  // Checksum headers only, and accept datagrams that did (wire_format.h).
+  const bool link_protects_payload;
   uint32_t max_payload = 0;
 
   mutable std::mutex mu;
@@ -350,7 +355,13 @@ void Engine::Impl::Flush() {
 void Engine::Impl::Emit(const Peer& p, const WireHeader& h, const void* body,
                         uint32_t len) {
   if (tx_n == kBurst) Flush();
-  EncodeHeader(h, body, len, tx_head[tx_n]);
+  if (link_protects_payload) {
+    WireHeader scoped = h;
+    scoped.flags |= kFlagHeaderChecksum;
+    EncodeHeader(scoped, body, len, tx_head[tx_n]);
+  } else {
+    EncodeHeader(h, body, len, tx_head[tx_n]);
+  }
   tx[tx_n] = {p.handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes),
               body, len};
   ++tx_n;
@@ -677,7 +688,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   Bump(stats.rx_packets);
   Bump(stats.rx_bytes, len);
   WireHeader h;
-  const ParseError err = ParseDatagram(data, len, &h);
+  const ParseError err = ParseDatagram(data, len, &h, link_protects_payload);
   if (err != ParseError::kOk) {
     Bump(stats.malformed[static_cast<int>(err)]);
     return;

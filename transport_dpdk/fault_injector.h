@@ -63,6 +63,10 @@ class FaultInjector : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override { inner_->Wake(); }
+  // Injected corruption is what the engine's payload checksum must catch.
+  bool ProtectsPayload() const override {
+    return spec_.corrupt == 0 && inner_->ProtectsPayload();
+  }
 
   const FaultCounters& counters() const { return counters_; }
   // Datagrams held back (reordered or delayed) and not yet delivered.

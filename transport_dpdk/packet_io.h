@@ -86,6 +86,11 @@ class PacketIo {
 
   // Makes a concurrent or the next WaitForInput return promptly.
   virtual void Wake() = 0;
+
+  // True if this link never delivers a datagram whose bytes changed on the way
+  // (host shared memory; the kernel's UDP checksum): the engine then checksums
+  // headers only (wire_format.h, kFlagHeaderChecksum). False is always safe.
+  virtual bool ProtectsPayload() const { return false; }
 };
 
 }  // namespace transport

@@ -508,6 +508,14 @@ void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
   }
 }
 
+bool DpdkPacketIo::ProtectsPayload() const {
+  if (ports_.empty()) return false;
+  for (const auto& port : ports_) {
+    if (port->driver() != "net_memif" && port->driver() != "net_ring") return false;
+  }
+  return true;
+}
+
 void DpdkPacketIo::Wake() {
   uint64_t one = 1;
   ssize_t r = write(wake_fd_, &one, sizeof(one));

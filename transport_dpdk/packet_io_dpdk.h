@@ -43,6 +43,9 @@ class DpdkPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  // Host shared-memory ports (net_memif, net_ring) only: frames on a wire or
+  // through a kernel interface carry no UDP checksum of ours.
+  bool ProtectsPayload() const override;
 
   struct Counters {
     uint64_t tx_frames = 0;       // datagrams handed to a port

@@ -29,6 +29,8 @@ class UdpPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  // The kernel checksums every UDP datagram and drops those that fail.
+  bool ProtectsPayload() const override { return true; }
 
   // The kernel's actual receive buffer size (after doubling).
   size_t ReceiveBufferBytes() const { return rcvbuf_bytes_; }

@@ -97,11 +97,14 @@ void EncodeHeader(const WireHeader& h, const void* payload, size_t payload_len,
   copy.checksum = 0;
   Serialise(copy, out);
   uint32_t crc = Crc32cExtend(0, out, kHeaderBytes);
-  if (payload_len > 0) crc = Crc32cExtend(crc, payload, payload_len);
+  if (payload_len > 0 && !(h.flags & kFlagHeaderChecksum)) {
+    crc = Crc32cExtend(crc, payload, payload_len);
+  }
   Put32(out + 88, crc);
 }
 
-ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h) {
+ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
+                         bool link_protects_payload) {
   if (len < kHeaderBytes) return ParseError::kTooShort;
   Deserialise(data, h);
   if (h->magic != kMagic) return ParseError::kBadMagic;
@@ -118,7 +121,11 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h) {
   std::memcpy(head, data, kHeaderBytes);
   Put32(head + 88, 0);
   uint32_t crc = Crc32cExtend(0, head, kHeaderBytes);
-  crc = Crc32cExtend(crc, data + kHeaderBytes, h->payload_length);
+  if (h->flags & kFlagHeaderChecksum) {
+    if (!link_protects_payload && h->payload_length > 0) return ParseError::kBadChecksum;
+  } else {
+    crc = Crc32cExtend(crc, data + kHeaderBytes, h->payload_length);
+  }
   if (crc != h->checksum) return ParseError::kBadChecksum;
   const auto type = static_cast<PacketType>(h->type);
   switch (type) {

@@ -45,8 +45,8 @@ TEST(Crc32c, KnownVector) {
 }
 
 TEST(Crc32c, LargeInputsMatchTheBytewiseDefinition) {
-  // Inputs of 12 KiB and more take the three-chain path; every length and split must give
-  // the plain bit-by-bit CRC32C.
+  // Inputs of 768 bytes and more take the three-chain paths (blocks of 4096, 1024 and 256
+  // bytes, in turn); every length and split must give the plain bit-by-bit CRC32C.
   auto reference = [](const uint8_t* p, size_t n) {
     uint32_t c = ~0u;
     for (size_t i = 0; i < n; ++i) {
@@ -57,7 +57,9 @@ TEST(Crc32c, LargeInputsMatchTheBytewiseDefinition) {
   };
   std::vector<uint8_t> data(70000);
   for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>((i * 2654435761u) >> 13);
-  for (size_t n : {size_t{12287}, size_t{12288}, size_t{12289}, size_t{32768}, size_t{40000},
+  for (size_t n : {size_t{767}, size_t{768}, size_t{769}, size_t{3071}, size_t{3072},
+                   size_t{3072 + 768 + 5}, size_t{8958}, size_t{9000}, size_t{12287},
+                   size_t{12288}, size_t{12289}, size_t{32768}, size_t{40000},
                    size_t{65536 + 7}, data.size()}) {
     EXPECT_EQ(Crc32c(data.data(), n), reference(data.data(), n)) << n;
     EXPECT_EQ(Crc32cExtend(Crc32c(data.data(), 100), data.data() + 100, n - 100),
@@ -112,6 +114,38 @@ TEST(WireFormat, RoundTrip) {
   EXPECT_EQ(out.ack_seq, h.ack_seq);
   EXPECT_EQ(out.aux, h.aux);
   EXPECT_EQ(out.payload_length, payload.size());
+}
+
+TEST(WireFormat, HeaderOnlyChecksumIsAcceptedOnlyWhereTheLinkProtectsPayloads) {
+  std::vector<uint8_t> payload(1000);
+  for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);
+  WireHeader h = Sample();
+  h.flags |= kFlagHeaderChecksum;
+  h.payload_length = payload.size();
+  auto d = Build(h, payload);
+  WireHeader out;
+  // A link that protects payloads (shared memory, kernel UDP) accepts it ...
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out, true), ParseError::kOk);
+  EXPECT_EQ(out.flags, h.flags);
+  // ... one that can corrupt payloads (fault injection) cannot verify it: refused.
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out, false), ParseError::kBadChecksum);
+  // The header stays covered: a changed field is caught on any link.
+  auto bad = d;
+  bad[56] ^= 0x01;  // offset
+  EXPECT_EQ(ParseDatagram(bad.data(), bad.size(), &out, true), ParseError::kBadChecksum);
+  // Clearing the flag (a corrupted flags field) makes the checksum cover the payload again,
+  // which it was not computed over: refused.
+  bad = d;
+  WireHeader cleared = h;
+  cleared.flags &= ~uint16_t(kFlagHeaderChecksum);
+  bad[6] = static_cast<uint8_t>(cleared.flags & 0xff);
+  bad[7] = static_cast<uint8_t>(cleared.flags >> 8);
+  EXPECT_EQ(ParseDatagram(bad.data(), bad.size(), &out, true), ParseError::kBadChecksum);
+  // Without the flag the payload is verified on every link.
+  h.flags &= ~uint16_t(kFlagHeaderChecksum);
+  d = Build(h, payload);
+  d[kHeaderBytes + 500] ^= 0x10;
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out, true), ParseError::kBadChecksum);
 }
 
 TEST(WireFormat, LittleEndianOnTheWire) {
