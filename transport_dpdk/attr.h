@@ -37,10 +37,12 @@ struct EngineOptions {
   // drain rate: unpaced, a 16 MiB shard overruns a loopback receiver's 8 MiB
   // socket buffer whenever its progress thread waits for a core (measured at
   // 64 MiB buckets, 4 ranks on 2 cores: most phases lost data and repaired).
-  // With 32 MiB socket buffers, 20 Gb/s loses nothing at 64 MiB buckets there
-  // (0.14% unpaced) and is 1.4x faster than 8 Gb/s; set it near the link rate.
+  // With 32 MiB socket buffers, 40 Gb/s loses nothing at 16 and 64 MiB buckets
+  // there and is 1.12x faster than 20 Gb/s at 16 MiB (p50 35.1-35.7 vs 40.0-40.3 ms,
+  // 4 ranks, once the payload checksum and bounce copy were gone; 20 was 1.4x
+  // faster than 8); set it near the link rate.
   size_t bounded_payload = 32768;
-  double bounded_rate_gbps = 20.0;
+  double bounded_rate_gbps = 40.0;
   // Peers a context's bounded sends go to at once, at start (the endpoint
   // adapts it from observed loss): 1 keeps TAR's staggered order, one sender
   // per receiver per step.

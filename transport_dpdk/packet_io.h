@@ -74,6 +74,9 @@ class PacketIo {
   // Sends datagrams[0..n) in order; returns how many the backend accepted.
   // The rest were not sent (transient backpressure). Accepted datagrams may
   // still be lost on the way: the engine provides reliability.
+  // The backend keeps no pointer into head or body after returning (it copied
+  // what it accepted): the engine sends bounded packets straight from sources
+  // that are valid only during the call.
   virtual size_t TxBurst(const TxDatagram* datagrams, size_t n) = 0;
 
   // Receives up to max datagrams without blocking; returns how many.
