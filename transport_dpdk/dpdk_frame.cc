@@ -145,9 +145,15 @@ uint16_t UdpPseudoHeaderSum(uint32_t src_be, uint32_t dst_be, size_t udp_len) {
 
 uint16_t UdpChecksum(uint32_t src_be, uint32_t dst_be, const uint8_t* udp,
                      size_t udp_len) {
-  uint64_t sum = PseudoSum(src_be, dst_be, udp_len);
+  return UdpChecksum(src_be, dst_be, udp, udp_len, nullptr, 0);
+}
+
+uint16_t UdpChecksum(uint32_t src_be, uint32_t dst_be, const uint8_t* udp,
+                     size_t udp_len, const uint8_t* rest, size_t rest_len) {
+  uint64_t sum = PseudoSum(src_be, dst_be, udp_len + rest_len);
   sum = SumWords(udp, 6, sum);  // skip the checksum field itself
   sum = SumWords(udp + 8, udp_len - 8, sum);
+  if (rest_len) sum = SumWords(rest, rest_len, sum);  // udp_len is even: words align
   uint16_t c = static_cast<uint16_t>(~Fold(sum));
   return c == 0 ? 0xFFFF : c;
 }

@@ -49,6 +49,10 @@ uint16_t Ipv4HeaderChecksum(const uint8_t* ip_header);
 // udp); returns 0xFFFF for a computed 0 (0 means "no checksum").
 uint16_t UdpChecksum(uint32_t src_be, uint32_t dst_be, const uint8_t* udp,
                      size_t udp_len);
+// The same over a datagram in two pieces: udp_len bytes at udp (the UDP header
+// and the start of the payload; an even count) followed by rest_len at rest.
+uint16_t UdpChecksum(uint32_t src_be, uint32_t dst_be, const uint8_t* udp,
+                     size_t udp_len, const uint8_t* rest, size_t rest_len);
 // Sum of the IPv4 pseudo-header only (folded, not inverted): what a NIC with
 // UDP checksum offload expects in the checksum field.
 uint16_t UdpPseudoHeaderSum(uint32_t src_be, uint32_t dst_be, size_t udp_len);

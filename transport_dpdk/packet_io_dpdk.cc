@@ -184,6 +184,11 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   io->port_learned_.assign(io->ports_.size(), false);
   io->tx_stash_.resize(io->ports_.size());
   io->tx_backlog_.resize(io->ports_.size());
+  io->queued_from_.resize(io->ports_.size());
+  for (const auto& port : io->ports_) {
+    io->tx_copies_.push_back(port->driver() == "net_memif" &&
+                             std::getenv("OPTIREDUCE_DPDK_TX_COPY") == nullptr);
+  }
   for (TxBacklog& b : io->tx_backlog_) b.ring.assign(kTxBacklogFrames, nullptr);
   if (const char* env = std::getenv("OPTIREDUCE_DPDK_TX_BACKLOG")) {
     io->backlog_cap_ = std::clamp<uint32_t>(
@@ -267,14 +272,21 @@ rte_mbuf* DpdkPacketIo::TakeMbuf(size_t port) {
   return st.m[st.next++];
 }
 
+namespace {
+// The body of a zero-copy frame belongs to the engine: nothing to free. The
+// shared info lives in the carrying mbuf's own (unused) data room.
+void KeepBody(void*, void*) {}
+}  // namespace
+
 rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
-                                   const Endpoint& dst) {
+                                   const Endpoint& dst, bool zero_copy_body) {
   const dpdk::OpenPort& p = *ports_[port];
   rte_mbuf* m = TakeMbuf(port);
   if (!m) return nullptr;
   const size_t len = d.head_len + d.body_len;
+  const size_t in_head = zero_copy_body ? d.head_len : len;
   uint8_t* f = reinterpret_cast<uint8_t*>(
-      rte_pktmbuf_append(m, static_cast<uint16_t>(dpdk::kFrameHeader + len)));
+      rte_pktmbuf_append(m, static_cast<uint16_t>(dpdk::kFrameHeader + in_head)));
   if (!f) {
     rte_pktmbuf_free(m);
     return nullptr;
@@ -282,7 +294,30 @@ rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
   dpdk::WriteHeaders(f, self_, dst, ip_id_++, len, !p.tx_ip_checksum());
   uint8_t* payload = f + dpdk::kFrameHeader;
   std::memcpy(payload, d.head, d.head_len);
-  if (d.body_len) std::memcpy(payload + d.head_len, d.body, d.body_len);
+  if (zero_copy_body) {
+    rte_mbuf* body = TakeMbuf(port);
+    if (!body) {
+      rte_pktmbuf_free(m);
+      return nullptr;
+    }
+    auto* shinfo = rte_pktmbuf_mtod(body, rte_mbuf_ext_shared_info*);
+    shinfo->free_cb = KeepBody;
+    shinfo->fcb_opaque = nullptr;
+    rte_mbuf_ext_refcnt_set(shinfo, 1);
+    void* addr = const_cast<void*>(static_cast<const void*>(d.body));
+    // The IOVA is never used: the PMD copies through the virtual address.
+    rte_pktmbuf_attach_extbuf(body, addr, reinterpret_cast<uintptr_t>(addr),
+                              static_cast<uint16_t>(d.body_len), shinfo);
+    body->data_len = static_cast<uint16_t>(d.body_len);
+    body->pkt_len = d.body_len;
+    if (rte_pktmbuf_chain(m, body) != 0) {
+      rte_pktmbuf_free(body);
+      rte_pktmbuf_free(m);
+      return nullptr;
+    }
+  } else if (d.body_len) {
+    std::memcpy(payload + d.head_len, d.body, d.body_len);
+  }
   if (p.tx_ip_checksum()) {
     m->ol_flags |= RTE_MBUF_F_TX_IPV4 | RTE_MBUF_F_TX_IP_CKSUM;
     m->l2_len = dpdk::kEthHeader;
@@ -296,6 +331,9 @@ rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
       m->l2_len = dpdk::kEthHeader;
       m->l3_len = dpdk::kIpv4Header;
       c = dpdk::UdpPseudoHeaderSum(self_.ipv4_be, dst.ipv4_be, dpdk::kUdpHeader + len);
+    } else if (zero_copy_body) {
+      c = dpdk::UdpChecksum(self_.ipv4_be, dst.ipv4_be, udp, dpdk::kUdpHeader + d.head_len,
+                            static_cast<const uint8_t*>(d.body), d.body_len);
     } else {
       c = dpdk::UdpChecksum(self_.ipv4_be, dst.ipv4_be, udp, dpdk::kUdpHeader + len);
     }
@@ -331,6 +369,32 @@ void DpdkPacketIo::DrainBacklogs() {
   for (size_t pi = 0; pi < ports_.size(); ++pi) DrainBacklog(pi);
 }
 
+void DpdkPacketIo::LinearizeUnsent(size_t pi, uint32_t from) {
+  TxBacklog& b = tx_backlog_[pi];
+  for (uint32_t at = std::max(from, b.head); at != b.tail; ++at) {
+    rte_mbuf*& m = b.ring[at % kTxBacklogFrames];
+    if (m->nb_segs == 1) continue;
+    // The head mbuf's data room holds a whole frame (the pool is sized for it):
+    // the body is copied into it and the external segment let go.
+    Count(c_.tx_linearized);
+    if (rte_pktmbuf_linearize(m) != 0) {
+      // Cannot happen with our pool sizes; dropping is the datagram way out.
+      rte_pktmbuf_free(m);
+      m = nullptr;
+    }
+  }
+  // Remove dropped frames while keeping order (only ever after a failure above).
+  uint32_t w = b.head;
+  for (uint32_t r = b.head; r != b.tail; ++r) {
+    rte_mbuf* m = b.ring[r % kTxBacklogFrames];
+    if (m) b.ring[w++ % kTxBacklogFrames] = m;
+  }
+  if (w != b.tail) {
+    backlog_frames_.fetch_sub(b.tail - w, std::memory_order_relaxed);
+    b.tail = w;
+  }
+}
+
 bool DpdkPacketIo::Enqueue(size_t pi, rte_mbuf* m) {
   TxBacklog& b = tx_backlog_[pi];
   if (b.size() >= backlog_cap_) {
@@ -347,6 +411,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
   // Frames go through the port's backlog (in order); most leave at once in
   // the drain below, the rest on the next call.
   DrainBacklogs();
+  for (size_t p = 0; p < ports_.size(); ++p) queued_from_[p] = tx_backlog_[p].tail;
   size_t done = 0;
   for (size_t i = 0; i < n; ++i) {
     const TxDatagram& t = d[i];
@@ -378,16 +443,22 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
         break;  // this link is full; datagrams [i, n) are refused
       }
     }
-    rte_mbuf* m = BuildFrame(pi, t, dst);
+    // Small bodies are cheaper to copy than to chain.
+    const bool zero_copy = tx_copies_[pi] && t.body_len >= 1024;
+    rte_mbuf* m = BuildFrame(pi, t, dst, zero_copy);
     if (!m) {  // pool exhausted: backpressure
       Count(c_.tx_backpressure, n - i);
       break;
     }
+    if (zero_copy) Count(c_.tx_zero_copy);
     Enqueue(pi, m);  // cannot fail: checked for room above
     ++done;
   }
   const uint32_t before = backlog_frames_.load(std::memory_order_relaxed);
   DrainBacklogs();
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    if (tx_copies_[p]) LinearizeUnsent(p, queued_from_[p]);
+  }
   const uint32_t after = backlog_frames_.load(std::memory_order_relaxed);
   if (after > 0 && after >= before) Count(c_.tx_deferred, after);
   return done;
@@ -546,6 +617,8 @@ DpdkPacketIo::Counters DpdkPacketIo::counters() const {
   r.tx_backpressure = ld(c_.tx_backpressure);
   r.tx_deferred = ld(c_.tx_deferred);
   r.tx_flooded = ld(c_.tx_flooded);
+  r.tx_zero_copy = ld(c_.tx_zero_copy);
+  r.tx_linearized = ld(c_.tx_linearized);
   r.rx_frames = ld(c_.rx_frames);
   r.rx_delivered = ld(c_.rx_delivered);
   r.hellos_sent = ld(c_.hellos_sent);
@@ -561,7 +634,8 @@ std::string DpdkPacketIo::CountersString() const {
   Counters c = counters();
   std::string s = absl::StrCat("tx ", c.tx_frames, " (flooded ", c.tx_flooded,
                                ", backpressure ", c.tx_backpressure, ", deferred ",
-                               c.tx_deferred, "), rx ",
+                               c.tx_deferred, ", zero-copy ", c.tx_zero_copy,
+                               ", linearized ", c.tx_linearized, "), rx ",
                                c.rx_frames, " delivered ", c.rx_delivered,
                                ", hellos ", c.hellos_sent, "/", c.hellos_received);
   for (const auto& p : ports_) {

@@ -51,6 +51,8 @@ class DpdkPacketIo : public PacketIo {
     uint64_t tx_frames = 0;       // datagrams handed to a port
     uint64_t tx_backpressure = 0; // datagrams refused (backlog full / pool empty)
     uint64_t tx_deferred = 0;     // frames that waited in a port's backlog
+    uint64_t tx_zero_copy = 0;    // frames whose body the PMD copied from the caller
+    uint64_t tx_linearized = 0;   // of those, copied by us to wait in a backlog
     uint64_t tx_flooded = 0;      // datagrams sent on every mesh port
     uint64_t rx_frames = 0;       // frames received (all kinds)
     uint64_t rx_delivered = 0;    // datagrams handed to the engine
@@ -77,7 +79,12 @@ class DpdkPacketIo : public PacketIo {
   DpdkPacketIo() = default;
   static uint64_t MacKey(const dpdk::Mac& m);
   int RoutePort(const Endpoint& peer) const;
-  rte_mbuf* BuildFrame(size_t port, const TxDatagram& d, const Endpoint& dst);
+  // zero_copy_body: the frame's second segment points at d.body (an external
+  // buffer) instead of holding a copy; only for ports whose PMD copies frames
+  // out in rte_eth_tx_burst (see tx_copies_), and such frames never outlive
+  // TxBurst (LinearizeUnsent).
+  rte_mbuf* BuildFrame(size_t port, const TxDatagram& d, const Endpoint& dst,
+                       bool zero_copy_body = false);
   // An mbuf from the port's pool, taken in bulk (one pool operation per
   // burst: the pool has no per-thread cache for non-EAL threads).
   rte_mbuf* TakeMbuf(size_t port);
@@ -90,6 +97,12 @@ class DpdkPacketIo : public PacketIo {
   Endpoint self_;
   uint32_t max_datagram_ = 0;
   bool udp_checksum_ = true;
+  // Per port: its PMD copies each frame out before rte_eth_tx_burst returns
+  // (net_memif, into the shared ring), so a frame's body may point at the
+  // engine's memory for the duration of TxBurst: our own copy of it is saved.
+  // net_ring hands the mbuf itself to the peer, and NIC PMDs DMA later: never.
+  std::vector<bool> tx_copies_;
+  std::vector<uint32_t> queued_from_;  // per port: backlog tail when TxBurst began
   uint16_t ip_id_ = 0;
   int wake_fd_ = -1;
   std::vector<Endpoint> peers_;  // by PeerHandle
@@ -118,6 +131,9 @@ class DpdkPacketIo : public PacketIo {
   // Sends what port `pi`'s backlog holds, as far as its ring takes it.
   void DrainBacklog(size_t pi);
   void DrainBacklogs();
+  // Frames queued since backlog position `from` that still wait and point at
+  // the caller's memory get their own copy (TxBurst keeps no pointers).
+  void LinearizeUnsent(size_t pi, uint32_t from);
   // Queues a built frame on port `pi` (drains first when full); false if
   // the backlog stays full (the frame is not taken).
   bool Enqueue(size_t pi, rte_mbuf* m);
@@ -126,6 +142,7 @@ class DpdkPacketIo : public PacketIo {
 
   struct AtomicCounters {
     std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_deferred{0}, tx_flooded{0},
+        tx_zero_copy{0}, tx_linearized{0},
         rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0};
     std::atomic<uint64_t> rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
   } c_;

@@ -102,6 +102,7 @@ std::string PacketIoEcho(const std::string& dir, int rank) {
   }
 
   uint32_t sent = 0, received = 0;
+  bool slept = false;
   while (received < count) {
     if (expired()) {
       return "timed out: sent " + std::to_string(sent) + " received " +
@@ -125,11 +126,20 @@ std::string PacketIoEcho(const std::string& dir, int rank) {
         d[n].body_len = static_cast<uint32_t>(len - 4);
       }
       const size_t took = io.TxBurst(d, n);
+      // TxBurst keeps no pointer into what it was given (bodies of 1 KiB and more
+      // leave zero-copy; those that must wait for ring space are copied first):
+      // poison the memory at once; rank 1 checks every byte.
+      for (auto& p : payloads) std::fill(p.begin(), p.end(), 0xEE);
       sent += static_cast<uint32_t>(took);
       if (took) idle = false;
     }
     RxDatagram rx[32];
     const size_t got = io.RxBurst(rx, 32);
+    if (rank == 1 && got > 0 && !slept) {
+      // A slow receiver at first: rank 0 fills the memif ring and its backlog.
+      std::this_thread::sleep_for(std::chrono::milliseconds(300));
+      slept = true;
+    }
     for (size_t k = 0; k < got; ++k) {
       uint32_t seq;
       std::memcpy(&seq, rx[k].data, 4);
@@ -185,6 +195,11 @@ std::string PacketIoEcho(const std::string& dir, int rank) {
       io.WaitForInput(std::chrono::microseconds(200));
     }
   } else {
+    auto c = io.counters();
+    if (c.tx_zero_copy == 0 || c.tx_linearized == 0) {
+      return "expected zero-copy frames, some of them linearized to wait: " +
+             io.CountersString();
+    }
     std::fclose(std::fopen((dir + "/rank0_done").c_str(), "w"));
     store.set("done0", {'1'});
     store.wait({"done1"}, std::chrono::seconds(30));
