@@ -28,6 +28,7 @@
 #if __has_include("transport_dpdk/dpdk_device.h")
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/packet_io_dpdk.h"
 #define OPTIREDUCE_BENCH_HAVE_DPDK 1
 #endif
 
@@ -192,6 +193,11 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
       if (auto* d = dynamic_cast<optireduce::transport::Device*>(device.get())) {
         std::fprintf(stderr, "rank %d %s: %s\n", rank, d->str().c_str(),
                      d->stats().ToString().c_str());
+#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+        if (auto* io = dynamic_cast<optireduce::transport::DpdkPacketIo*>(d->engine()->io())) {
+          std::fprintf(stderr, "rank %d dpdk ports: %s\n", rank, io->CountersString().c_str());
+        }
+#endif
       }
     }
 #endif
