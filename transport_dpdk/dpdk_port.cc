@@ -26,6 +26,14 @@ namespace transport {
 namespace dpdk {
 namespace {
 
+// rte_mempool_obj_iter callback: writes one byte per page of an mbuf's buffer.
+void TouchMbuf(rte_mempool*, void*, void* obj, unsigned) {
+  auto* m = static_cast<rte_mbuf*>(obj);
+  auto* buf = static_cast<volatile uint8_t*>(m->buf_addr);
+  for (uint32_t at = 0; at < m->buf_len; at += 4096) buf[at] = 0;
+  if (m->buf_len > 0) buf[m->buf_len - 1] = 0;
+}
+
 // Per-port state that outlives a device.
 struct PortSlot {
   bool in_use = false;
@@ -232,6 +240,12 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
             " MiB): ", rte_strerror(rte_errno),
             "; give the EAL more memory (-m) or lower the MTU / ring sizes"));
       }
+      // Touch every mbuf's data room now: without hugepages the pool is plain
+      // 4 KiB pages, and a page faulted in the middle of a transfer costs more
+      // than the copy that touched it (a run of 30 allreduces of 1 MiB, 4 ranks
+      // on 2 cores, spent its time in those faults: 20 ms per operation, 6 ms
+      // once every mbuf had been used once).
+      rte_mempool_obj_iter(pool, TouchMbuf, nullptr);
       Pools().push_back({pool, count, room, true});
       p->pool_ = pool;
     }

@@ -30,6 +30,8 @@ using dpdk::Verdict;
 constexpr size_t kBurst = 32;
 constexpr auto kHelloFast = std::chrono::milliseconds(10);
 constexpr auto kHelloSlow = std::chrono::seconds(1);
+// Frames a memif ring holds (the PMD's default, log2_ring_size=10).
+constexpr uint32_t kMemifRing = 1024;
 constexpr uint32_t kMinDatagram = 256;
 
 uint32_t NextPow2(uint64_t v) {
@@ -194,6 +196,11 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     io->backlog_cap_ = std::clamp<uint32_t>(
         static_cast<uint32_t>(std::strtoul(env, nullptr, 10)), 32, kTxBacklogFrames);
   }
+  for (size_t p = 0; p < io->ports_.size(); ++p) {
+    // Twice the ring: the receiver's mapping is faulted in as it drains.
+    io->primers_left_.push_back(io->ports_[p]->driver() == "net_memif" ? 2 * kMemifRing : 0);
+    io->priming_ = io->priming_ || io->primers_left_.back() > 0;
+  }
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
   if (io->ports_.size() > 1) io->SendHellos();
   return io;
@@ -246,7 +253,7 @@ size_t DpdkPacketIo::RxBufferBytes() const {
   for (const auto& p : ports_) {
     // memif rings hold 1024 frames by default whatever rxd says.
     const size_t frames = p->driver() == "net_memif"
-                              ? std::min<size_t>(p->rx_descriptors(), 1024)
+                              ? std::min<size_t>(p->rx_descriptors(), kMemifRing)
                               : p->rx_descriptors();
     total += frames * max_datagram_;
   }
@@ -464,6 +471,29 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
   return done;
 }
 
+void DpdkPacketIo::SendPrimers() {
+  bool left = false;
+  for (size_t p = 0; p < ports_.size(); ++p) {
+    if (primers_left_[p] == 0) continue;
+    left = true;
+    if (!ports_[p]->started()) continue;
+    rte_mbuf* m[32];
+    const unsigned n = std::min<unsigned>(32, primers_left_[p]);
+    if (rte_pktmbuf_alloc_bulk(ports_[p]->pool(), m, n) != 0) continue;
+    const uint16_t len = static_cast<uint16_t>(dpdk::kFrameHeader + max_datagram_);
+    for (unsigned i = 0; i < n; ++i) {
+      auto* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[i], len));
+      dpdk::WriteHello(f, self_.mac);  // the rest of the frame is padding
+    }
+    // Until the link is up memif takes nothing; the receiver drops hellos.
+    const uint16_t sent = rte_eth_tx_burst(ports_[p]->id(), 0, m, static_cast<uint16_t>(n));
+    if (sent < n) rte_pktmbuf_free_bulk(m + sent, n - sent);
+    primers_left_[p] -= sent;
+    Count(c_.hellos_sent, sent);
+  }
+  priming_ = left;
+}
+
 void DpdkPacketIo::SendHellos() {
   const auto now = std::chrono::steady_clock::now();
   for (size_t p = 0; p < ports_.size(); ++p) {
@@ -497,6 +527,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   const auto now = std::chrono::steady_clock::now();
   for (auto& p : ports_) p->Watchdog(now);
   if (ports_.size() > 1) SendHellos();
+  if (priming_) SendPrimers();
   size_t got = 0;
   rte_mbuf* mbufs[kBurst];
   const size_t nports = ports_.size();

@@ -108,6 +108,13 @@ class DpdkPacketIo : public PacketIo {
   std::vector<Endpoint> peers_;  // by PeerHandle
   absl::flat_hash_map<uint64_t, int> mac_to_port_;  // learned (mesh only)
   std::vector<bool> port_learned_;
+  // Per memif port: full-size hello frames still to send once the link is up.
+  // They cycle through every buffer of the shared ring, so both processes
+  // fault its pages in now, not in the middle of the first transfers (each
+  // 4 KiB page of the 9 MiB ring costs a minor fault on this kind of VM).
+  std::vector<uint32_t> primers_left_;
+  bool priming_ = false;
+  void SendPrimers();
   std::vector<std::chrono::steady_clock::time_point> next_hello_;
   std::vector<rte_mbuf*> rx_held_;  // delivered by the last RxBurst
   struct Stash {
