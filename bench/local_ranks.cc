@@ -172,13 +172,16 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     // One memif link per rank pair, sockets next to the FileStore's files. memif is
     // lossless (back-pressure) and needs neither root nor hugepages.
     if (transport == "dpdk" && std::getenv("OPTIREDUCE_EAL_ARGS") == nullptr) {
-      // 9000-byte frames (9216-byte buffers, see dpdk_device.h): 6x fewer packets than
-      // MTU 1500, 1.7x the bus bandwidth at 16-64 MiB; OPTIREDUCE_BENCH_MEMIF_BSIZE=0 keeps
-      // memif's 2048-byte buffers.
+      // 16370-byte frames (16 KiB buffers, see dpdk_device.h): 1.1-1.5x the bus bandwidth
+      // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
+      // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
+      // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
       const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
+      const unsigned default_bsize = size <= 6 ? 16384 : 9216;
       spec.eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
                           dir, rank, size,
-                          bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10)) : 9216) +
+                          bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10))
+                                : default_bsize) +
                       " " + optireduce::transport::dpdk::DefaultEalArgs();
       spec.udp_checksum = false;
     }

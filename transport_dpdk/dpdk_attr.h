@@ -32,8 +32,9 @@ struct attr {
   std::string ipv4;
   // UDP port in our frames. 0: 17000 + (device number in this process).
   uint16_t udp_port = 0;
-  // IP MTU (IPv4 + UDP + datagram). 0: the port's MTU (1500 if unknown),
-  // capped at 9000. The engine's datagram is at most mtu - 28 bytes.
+  // IP MTU (IPv4 + UDP + datagram), at most 65000. 0: the port's MTU (1500
+  // if unknown) capped at 9000, or for memif ports with a "bsize=" devarg the
+  // buffer size - 14. The engine's datagram is at most mtu - 28 bytes.
   uint32_t mtu = 0;
   // Ring sizes per port. 0: derived from the window and the datagram size.
   uint32_t rx_descriptors = 0;

@@ -26,8 +26,8 @@ using transport::RxDatagram;
 using transport::TxDatagram;
 namespace dpdk = transport::dpdk;
 
-std::string EalArgsFor(const std::string& dir, int rank, int size) {
-  return dpdk::MemifMeshEalArgs(dir, rank, size) + " " + dpdk::DefaultEalArgs();
+std::string EalArgsFor(const std::string& dir, int rank, int size, unsigned bsize = 0) {
+  return dpdk::MemifMeshEalArgs(dir, rank, size, bsize) + " " + dpdk::DefaultEalArgs();
 }
 
 // Publishes our IoAddress and reads the peer's through a FileStore.
@@ -215,13 +215,21 @@ TEST(DpdkMemif, PacketIoTwoProcessesExactAndFiltered) {
 }
 
 std::string RunRank(const std::string& dir, int rank, int size,
-                    const std::string& faults, const GlooCaseList& list) {
+                    const std::string& faults, const GlooCaseList& list,
+                    unsigned bsize = 0, uint32_t want_max_datagram = 0) {
   dpdk::attr a;
-  a.eal_args = EalArgsFor(dir, rank, size);
+  a.eal_args = EalArgsFor(dir, rank, size, bsize);
   a.engine.faults = faults;
   if (!faults.empty()) a.engine.min_rto = std::chrono::microseconds(2000);
   auto dev = dpdk::CreateDeviceOrError(a);
   if (!dev.ok()) return dev.status().ToString();
+  if (want_max_datagram != 0) {
+    auto* io = dynamic_cast<transport::DpdkPacketIo*>((*dev)->engine()->io());
+    if (io == nullptr || io->MaxDatagram() != want_max_datagram) {
+      return "expected datagrams of " + std::to_string(want_max_datagram) + " bytes, got " +
+             (io ? std::to_string(io->MaxDatagram()) : std::string("no dpdk io"));
+    }
+  }
   gloo::rendezvous::FileStore store(dir + "/store");
   auto ctx = ConnectContext(store, *dev, rank, size, std::chrono::seconds(60));
   const bool verbose = std::getenv("OPTIREDUCE_TEST_VERBOSE") != nullptr;
@@ -266,6 +274,17 @@ TEST_P(DpdkMemifCollectives, ExactAcrossProcesses) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Ranks, DpdkMemifCollectives, ::testing::Values(2, 3, 4));
+
+TEST(DpdkMemifBigFrames, ExactWithSixteenKiBBuffers) {
+  // The bench's default links: 16 KiB memif buffers give 16370-byte IP frames
+  // (datagrams of 16342 bytes), zero-copy bodies and full-size ring primers.
+  TempDir dir("memif_big");
+  const GlooCaseList list = StandardCases();
+  auto errors = RunForked(
+      4, [&](int r) { return RunRank(dir.path(), r, 4, "", list, 16384, 16384 - 14 - 28); },
+      std::chrono::seconds(120));
+  for (auto& e : errors) ADD_FAILURE() << e;
+}
 
 TEST(DpdkMemifFaults, ExactUnderDropReorderDup) {
   TempDir dir("memif_fault");
