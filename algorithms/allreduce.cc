@@ -406,6 +406,9 @@ void Run(const Job& job) {
     if (stats.mode == "calibration") {
       // Outside the measured time: the bound must not include one-off page faults.
       PrepareBoundedTranspose(job.type, g.elements, ctx.rank, ctx.size);
+      // The reduced shard a bounded operation detaches for late repairs.
+      channel->ReserveDetach(TransposePlan(g.elements, ctx.size).ShardCount(ctx.rank) *
+                             g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
       if (stats.mode == "bounded" && CutByDeadline(stats)) {

@@ -27,6 +27,7 @@ class BoundedEndpoint : public BoundedChannel {
                                               std::vector<BoundedRegion> regions) override;
   void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override;
   void Detach(uint64_t op) override;
+  void ReserveDetach(size_t bytes) override { sources_.Reserve(bytes); }
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;

@@ -383,8 +383,13 @@ void BoundedSources::Detach(uint64_t op) {
     std::lock_guard<std::mutex> lock(mu_);
     for (size_t i = 0; i < originals.size(); i++) {
       if (spare_.empty()) break;
-      copies.push_back(std::move(spare_.back()));
-      spare_.pop_back();
+      // A spare big enough needs no new pages; else any (it grows once).
+      auto fit = std::find_if(spare_.begin(), spare_.end(), [&](const auto& sp) {
+        return sp->capacity() >= originals[i].second;
+      });
+      if (fit == spare_.end()) fit = spare_.end() - 1;
+      copies.push_back(std::move(*fit));
+      spare_.erase(fit);
     }
   }
   while (copies.size() < originals.size()) copies.push_back(std::make_shared<std::vector<char>>());
@@ -421,9 +426,38 @@ void BoundedSources::Detach(uint64_t op) {
     sources_.erase(v);
     ForgetLocked(victim);
     for (auto& o : owned) {
-      if (o.use_count() == 1 && spare_.size() < 8) spare_.push_back(std::move(o));
+      if (o.use_count() == 1 && spare_.size() < kMaxSpares) spare_.push_back(std::move(o));
     }
   }
+}
+
+void BoundedSources::Reserve(size_t bytes) {
+  if (bytes == 0) return;
+  const size_t want = std::min<size_t>(kDetachedOps + 1, budget_ / bytes + 1);
+  size_t have = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& s : spare_) have += s->capacity() >= bytes ? 1 : 0;
+  }
+  std::vector<std::shared_ptr<std::vector<char>>> made;
+  // Value-initialised: every page is touched here, outside the lock.
+  for (size_t i = have; i < want; i++) made.push_back(std::make_shared<std::vector<char>>(bytes));
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& m : made) {
+    if (spare_.size() >= kMaxSpares) {
+      // Make room by dropping a spare too small to serve `bytes`.
+      auto small = std::find_if(spare_.begin(), spare_.end(),
+                                [&](const auto& s) { return s->capacity() < bytes; });
+      if (small == spare_.end()) break;
+      spare_.erase(small);
+    }
+    spare_.push_back(std::move(m));
+  }
+}
+
+size_t BoundedSources::spares() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return spare_.size();
 }
 
 void BoundedSources::Release(uint64_t op) {

@@ -136,9 +136,15 @@ class BoundedSources {
   // an operation, when a rank has started at most a few more; and reusing few copies
   // keeps them hot (a fresh multi-MiB copy per operation costs page faults).
   static constexpr size_t kDetachedOps = 4;
+  static constexpr size_t kMaxSpares = 8;
   // `estimated`: the bytes are an estimate (see BoundedChannel::Send); readers learn it.
   void Register(uint64_t op, int peer, const void* src, size_t nbytes, bool estimated);
   void Detach(uint64_t op);
+  // Keeps enough touched spare copies of `bytes` for the detached operations the budget
+  // allows (plus the one being detached), so that steady-state Detach never page-faults.
+  void Reserve(size_t bytes);
+  // Spare copies held now (for tests).
+  size_t spares() const;
   void Release(uint64_t op);
   // kGone: released or forgotten (the data is never coming); kNotStarted: this rank has
   // registered neither this operation nor its pair (it has not called it yet); kPending:
