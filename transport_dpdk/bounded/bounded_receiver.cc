@@ -349,7 +349,7 @@ BoundedReceiverCounters BoundedReceiver::counters() const {
 
 void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nbytes,
                               bool estimated) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = LockForUpdate();
   auto& list = sources_[op];
   forgotten_.erase(op);  // an id reused long after (stays in forgotten_order_ until it ages)
   const Source fresh{static_cast<const char*>(src), nbytes, estimated, nullptr};
@@ -368,7 +368,7 @@ void BoundedSources::Detach(uint64_t op) {
   // the pointer swap below waits for it.
   std::vector<std::pair<const char*, size_t>> originals;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = LockForUpdate();
     auto it = sources_.find(op);
     if (it == sources_.end()) return;
     for (const auto& [peer, source] : it->second) {
@@ -380,7 +380,7 @@ void BoundedSources::Detach(uint64_t op) {
   }
   std::vector<std::shared_ptr<std::vector<char>>> copies;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = LockForUpdate();
     for (size_t i = 0; i < originals.size(); i++) {
       if (spare_.empty()) break;
       // A spare big enough needs no new pages; else any (it grows once).
@@ -396,7 +396,7 @@ void BoundedSources::Detach(uint64_t op) {
   for (size_t i = 0; i < originals.size(); i++) {
     copies[i]->assign(originals[i].first, originals[i].first + originals[i].second);
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = LockForUpdate();
   auto it = sources_.find(op);
   if (it == sources_.end()) return;
   for (auto& [peer, source] : it->second) {
@@ -436,13 +436,13 @@ void BoundedSources::Reserve(size_t bytes) {
   const size_t want = std::min<size_t>(kDetachedOps + 1, budget_ / bytes + 1);
   size_t have = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    const auto lock = LockForUpdate();
     for (const auto& s : spare_) have += s->capacity() >= bytes ? 1 : 0;
   }
   std::vector<std::shared_ptr<std::vector<char>>> made;
   // Value-initialised: every page is touched here, outside the lock.
   for (size_t i = have; i < want; i++) made.push_back(std::make_shared<std::vector<char>>(bytes));
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = LockForUpdate();
   for (auto& m : made) {
     if (spare_.size() >= kMaxSpares) {
       // Make room by dropping a spare too small to serve `bytes`.
@@ -461,7 +461,7 @@ size_t BoundedSources::spares() const {
 }
 
 void BoundedSources::Release(uint64_t op) {
-  std::lock_guard<std::mutex> lock(mu_);
+  const auto lock = LockForUpdate();
   auto it = sources_.find(op);
   if (it == sources_.end()) return;
   for (const auto& [peer, source] : it->second) {
@@ -485,7 +485,18 @@ BoundedSources::Access BoundedSources::MissingLocked(uint64_t op) const {
   return sources_.contains(op ^ 1) ? Access::kPending : Access::kNotStarted;
 }
 
+std::unique_lock<std::mutex> BoundedSources::LockForUpdate() const {
+  updaters_.fetch_add(1, std::memory_order_acq_rel);
+  std::unique_lock<std::mutex> lock(mu_);
+  updaters_.fetch_sub(1, std::memory_order_acq_rel);
+  return lock;
+}
+
 BoundedSources::Access BoundedSources::TryWith(uint64_t op, int peer, const ReadFn& fn) const {
+  // Yield to a waiting update: the progress thread would otherwise take the lock again
+  // between its bursts (std::mutex is not fair) and hold off a Register or Detach for as
+  // long as it has data to send.
+  if (updaters_.load(std::memory_order_acquire) > 0) return Access::kBusy;
   std::unique_lock<std::mutex> lock(mu_, std::try_to_lock);
   if (!lock.owns_lock()) return Access::kBusy;
   auto it = sources_.find(op);

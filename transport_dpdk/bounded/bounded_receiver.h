@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <map>
@@ -168,6 +169,10 @@ class BoundedSources {
   };
   const size_t budget_;
   mutable std::mutex mu_;
+  // Threads blocked in LockForUpdate (Register, Detach, Release, Reserve): TryWith backs
+  // off while there are any.
+  mutable std::atomic<int> updaters_{0};
+  std::unique_lock<std::mutex> LockForUpdate() const;
   absl::flat_hash_map<uint64_t, std::vector<std::pair<int, Source>>> sources_;
   std::deque<uint64_t> detached_order_;
   size_t detached_bytes_ = 0;
