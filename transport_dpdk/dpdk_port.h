@@ -52,6 +52,10 @@ class OpenPort {
   const std::string& name() const { return name_; }
   const Mac& mac() const { return mac_; }
   const std::string& driver() const { return driver_; }
+  bool is_memif() const { return driver_ == "net_memif"; }
+  // A link through this host's memory (net_memif, net_ring): nothing on the way
+  // can corrupt a frame, and its MAC is not unique across processes.
+  bool host_shared_memory() const { return is_memif() || driver_ == "net_ring"; }
   rte_mempool* pool() const { return pool_; }
   uint32_t rx_descriptors() const { return rxd_; }
   uint32_t tx_descriptors() const { return txd_; }

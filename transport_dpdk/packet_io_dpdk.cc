@@ -150,7 +150,6 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   // gives every process the same "random" MAC, net_ring ports have none):
   // those get a random locally administered MAC.
   dpdk::Mac mac = io->ports_[0]->mac();
-  const std::string& drv = io->ports_[0]->driver();
   if (!a.mac.empty()) {
     unsigned b[6];
     char tail;
@@ -162,7 +161,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
           "dpdk attr.mac '", a.mac, "' is not a unicast MAC like 02:00:00:00:00:01"));
     }
     for (int i = 0; i < 6; ++i) mac[i] = static_cast<uint8_t>(b[i]);
-  } else if (MacKey(mac) == 0 || drv == "net_memif" || drv == "net_ring") {
+  } else if (MacKey(mac) == 0 || io->ports_[0]->host_shared_memory()) {
     std::random_device rd;
     for (auto& b : mac) b = static_cast<uint8_t>(rd());
     mac[0] = static_cast<uint8_t>((mac[0] & 0xFE) | 0x02);
@@ -192,7 +191,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   io->tx_backlog_.resize(io->ports_.size());
   io->queued_from_.resize(io->ports_.size());
   for (const auto& port : io->ports_) {
-    io->tx_copies_.push_back(port->driver() == "net_memif" &&
+    io->tx_copies_.push_back(port->is_memif() &&
                              std::getenv("OPTIREDUCE_DPDK_TX_COPY") == nullptr);
   }
   for (TxBacklog& b : io->tx_backlog_) b.ring.assign(kTxBacklogFrames, nullptr);
@@ -202,7 +201,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   }
   for (size_t p = 0; p < io->ports_.size(); ++p) {
     // Twice the ring: the receiver's mapping is faulted in as it drains.
-    io->primers_left_.push_back(io->ports_[p]->driver() == "net_memif" ? 2 * kMemifRing : 0);
+    io->primers_left_.push_back(io->ports_[p]->is_memif() ? 2 * kMemifRing : 0);
     io->priming_ = io->priming_ || io->primers_left_.back() > 0;
   }
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
@@ -256,7 +255,7 @@ size_t DpdkPacketIo::RxBufferBytes() const {
   size_t total = 0;
   for (const auto& p : ports_) {
     // memif rings hold 1024 frames by default whatever rxd says.
-    const size_t frames = p->driver() == "net_memif"
+    const size_t frames = p->is_memif()
                               ? std::min<size_t>(p->rx_descriptors(), kMemifRing)
                               : p->rx_descriptors();
     total += frames * max_datagram_;
@@ -382,7 +381,11 @@ void DpdkPacketIo::DrainBacklogs() {
 
 void DpdkPacketIo::LinearizeUnsent(size_t pi, uint32_t from) {
   TxBacklog& b = tx_backlog_[pi];
-  for (uint32_t at = std::max(from, b.head); at != b.tail; ++at) {
+  // Waiting: [head, tail); queued by this TxBurst: [from, tail). Start at the later of
+  // the two — by distance to tail, since the counters run free and wrap.
+  const uint32_t start = b.tail - b.head < b.tail - from ? b.head : from;
+  bool dropped = false;
+  for (uint32_t at = start; at != b.tail; ++at) {
     rte_mbuf*& m = b.ring[at % kTxBacklogFrames];
     if (m->nb_segs == 1) continue;
     // The head mbuf's data room holds a whole frame (the pool is sized for it):
@@ -392,18 +395,18 @@ void DpdkPacketIo::LinearizeUnsent(size_t pi, uint32_t from) {
       // Cannot happen with our pool sizes; dropping is the datagram way out.
       rte_pktmbuf_free(m);
       m = nullptr;
+      dropped = true;
     }
   }
-  // Remove dropped frames while keeping order (only ever after a failure above).
-  uint32_t w = b.head;
-  for (uint32_t r = b.head; r != b.tail; ++r) {
+  if (!dropped) return;
+  // Close the gaps, keeping the order.
+  uint32_t w = start;
+  for (uint32_t r = start; r != b.tail; ++r) {
     rte_mbuf* m = b.ring[r % kTxBacklogFrames];
     if (m) b.ring[w++ % kTxBacklogFrames] = m;
   }
-  if (w != b.tail) {
-    backlog_frames_.fetch_sub(b.tail - w, std::memory_order_relaxed);
-    b.tail = w;
-  }
+  backlog_frames_.fetch_sub(b.tail - w, std::memory_order_relaxed);
+  b.tail = w;
 }
 
 bool DpdkPacketIo::Enqueue(size_t pi, rte_mbuf* m) {
@@ -485,9 +488,16 @@ void DpdkPacketIo::SendPrimers() {
     const unsigned n = std::min<unsigned>(32, primers_left_[p]);
     if (rte_pktmbuf_alloc_bulk(ports_[p]->pool(), m, n) != 0) continue;
     const uint16_t len = static_cast<uint16_t>(dpdk::kFrameHeader + max_datagram_);
-    for (unsigned i = 0; i < n; ++i) {
+    bool built = true;
+    for (unsigned i = 0; i < n && built; ++i) {
       auto* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m[i], len));
-      dpdk::WriteHello(f, self_.mac);  // the rest of the frame is padding
+      if (f) dpdk::WriteHello(f, self_.mac);  // the rest of the frame is padding
+      built = f != nullptr;
+    }
+    if (!built) {  // cannot happen: the pool's mbufs hold a whole frame; stop priming
+      rte_pktmbuf_free_bulk(m, n);
+      primers_left_[p] = 0;
+      continue;
     }
     // Until the link is up memif takes nothing; the receiver drops hellos.
     const uint16_t sent = rte_eth_tx_burst(ports_[p]->id(), 0, m, static_cast<uint16_t>(n));
@@ -617,7 +627,7 @@ void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
 bool DpdkPacketIo::ProtectsPayload() const {
   if (ports_.empty()) return false;
   for (const auto& port : ports_) {
-    if (port->driver() != "net_memif" && port->driver() != "net_ring") return false;
+    if (!port->host_shared_memory()) return false;
   }
   return true;
 }
