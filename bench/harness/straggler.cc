@@ -12,8 +12,8 @@ namespace bench {
 
 absl::StatusOr<StragglerDist> StragglerDist::Parse(const std::string& spec) {
   const std::string allowed =
-      "const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD or pareto:SCALE:SHAPE, in ms, "
-      "non-negative";
+      "const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD, pareto:SCALE:SHAPE or "
+      "spike:P:MS (probability P in [0, 1] of a delay MS, else none), in ms, non-negative";
   std::vector<std::string> parts = absl::StrSplit(spec, ':');
   std::vector<double> nums;
   for (size_t i = 1; i < parts.size(); i++) {
@@ -36,6 +36,8 @@ absl::StatusOr<StragglerDist> StragglerDist::Parse(const std::string& spec) {
     d.kind_ = Kind::kNormal;
   } else if (kind == "pareto" && nums.size() == 2 && nums[0] > 0 && nums[1] > 0) {
     d.kind_ = Kind::kPareto;
+  } else if (kind == "spike" && nums.size() == 2 && nums[0] <= 1) {
+    d.kind_ = Kind::kSpike;
   } else {
     return absl::InvalidArgumentError(allowed);
   }
@@ -53,6 +55,7 @@ double StragglerDist::Draw(std::mt19937_64& rng) const {
     case Kind::kUniform: x = a_ + (b_ - a_) * u(rng); break;
     case Kind::kNormal: x = std::normal_distribution<double>(a_, b_)(rng); break;
     case Kind::kPareto: x = a_ / std::pow(1.0 - u(rng), 1.0 / b_); break;
+    case Kind::kSpike: x = u(rng) < a_ ? b_ : 0; break;
   }
   return x > 0 ? x : 0;
 }

@@ -15,7 +15,9 @@ namespace bench {
 class StragglerDist {
  public:
   // "const:X", "exp:MEAN", "uniform:A:B", "normal:MEAN:STD" (negative draws become 0),
-  // "pareto:SCALE:SHAPE"; all in milliseconds. The error says what is allowed.
+  // "pareto:SCALE:SHAPE", "spike:P:MS" (with probability P a delay of MS, else none: an
+  // occasional straggler, the kind a bounded wait can absorb); all in milliseconds. The error
+  // says what is allowed.
   static absl::StatusOr<StragglerDist> Parse(const std::string& spec);
 
   // One delay in milliseconds (>= 0).
@@ -23,7 +25,7 @@ class StragglerDist {
   const std::string& spec() const { return spec_; }
 
  private:
-  enum class Kind { kConst, kExp, kUniform, kNormal, kPareto };
+  enum class Kind { kConst, kExp, kUniform, kNormal, kPareto, kSpike };
   Kind kind_ = Kind::kConst;
   double a_ = 0, b_ = 0;
   std::string spec_;

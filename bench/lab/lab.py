@@ -141,7 +141,7 @@ def report_failure(rc, errs):
 def cmd_run(args):
     if not args.command:
         raise SystemExit("error: run: give the command after --")
-    with cloudlab.Lab(args.ranks) as lab:
+    with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         cmds = []
@@ -160,7 +160,7 @@ def cmd_bench(args):
     extra = list(args.harness_args)
     if args.straggler_ms_dist:
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
-    with cloudlab.Lab(args.ranks) as lab:
+    with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         rc, out, errs = measured_bench(lab, args, args.algo, extra, "main")
@@ -200,7 +200,7 @@ def cmd_calibrate(args):
     print("%4s %10s %10s %9s %8s" % ("K", "p50 (us)", "p99 (us)", "p99/p50", "samples"))
     for k in ks:
         args.bg = k
-        with cloudlab.Lab(args.ranks) as lab:
+        with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
             apply_knobs(lab, args)
             start_background(lab, args)
             v = sorted(timed_samples(lab, args, args.algo, "k%d" % k))
@@ -245,7 +245,7 @@ def cmd_experiment(args):
                 args.bg = k
                 args.straggler_ms_dist = straggler
                 # Each algorithm in a fresh lab and processes (see bench/README.md).
-                with cloudlab.Lab(args.ranks) as lab:
+                with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
                     apply_knobs(lab, args)
                     start_background(lab, args)
                     v = timed_samples(lab, args, algo, "%s-%s" % (env, algo))
@@ -292,6 +292,8 @@ def build_parser():
                        help="seconds to let background jobs start before measuring")
         p.add_argument("--bench-bin", default=DEFAULT_BIN)
         p.add_argument("--transport", default="tcp", choices=["tcp", "udp", "dpdk"])
+        p.add_argument("--mtu", type=int, default=cloudlab.DEFAULT_MTU,
+                       help="MTU of every link (default %d: cloud jumbo frames)" % cloudlab.DEFAULT_MTU)
         p.add_argument("--timeout", type=int, default=120,
                        help="the harness's rendezvous/operation timeout (s)")
         p.add_argument("--job-timeout", type=int, default=900,

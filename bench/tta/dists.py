@@ -1,15 +1,16 @@
 """Delay distributions for stragglers, spelled as in optireduce-bench's
 --straggler-ms-dist: none, const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD,
-pareto:SCALE:SHAPE (all in milliseconds; negative draws become 0)."""
+pareto:SCALE:SHAPE, spike:P:MS (with probability P a delay of MS, else none) (all in
+milliseconds; negative draws become 0)."""
 
 import random
 
-_ARITY = {"none": 0, "const": 1, "exp": 1, "uniform": 2, "normal": 2, "pareto": 2}
+_ARITY = {"none": 0, "const": 1, "exp": 1, "uniform": 2, "normal": 2, "pareto": 2, "spike": 2}
 
 
 def parse(spec, what="--straggler-ms-dist"):
     """Returns (kind, params); raises ValueError naming `what` and the allowed forms."""
-    allowed = "none, const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD, pareto:SCALE:SHAPE (ms)"
+    allowed = "none, const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD, pareto:SCALE:SHAPE, spike:P:MS (ms)"
     parts = spec.split(":")
     kind = parts[0]
     if kind not in _ARITY or len(parts) - 1 != _ARITY[kind]:
@@ -20,9 +21,9 @@ def parse(spec, what="--straggler-ms-dist"):
         raise ValueError("%s: '%s' has a parameter that is not a number; allowed: %s"
                          % (what, spec, allowed)) from None
     if any(p < 0 for p in params) or (kind == "pareto" and params[1] <= 0) or \
-            (kind == "uniform" and params[0] > params[1]):
+            (kind == "uniform" and params[0] > params[1]) or (kind == "spike" and params[0] > 1):
         raise ValueError("%s: '%s' has a parameter out of range (need non-negative values, "
-                         "A <= B, SHAPE > 0)" % (what, spec))
+                         "A <= B, SHAPE > 0, P <= 1)" % (what, spec))
     return kind, params
 
 
@@ -45,4 +46,6 @@ class Sampler:
             return r.uniform(p[0], p[1])
         if k == "normal":
             return max(0.0, r.gauss(p[0], p[1]))
+        if k == "spike":
+            return p[1] if r.random() < p[0] else 0.0
         return p[0] * r.paretovariate(p[1])  # pareto: scale * Pareto(shape), >= scale

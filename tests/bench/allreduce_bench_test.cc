@@ -80,11 +80,22 @@ TEST(StragglerDist, ParsesAndDraws) {
   auto p = StragglerDist::Parse("pareto:1:2");
   ASSERT_TRUE(p.ok());
   for (int i = 0; i < 100; i++) EXPECT_GE(p->Draw(rng), 1.0);
+  // spike: 0 or exactly MS, MS with about probability P.
+  auto s = StragglerDist::Parse("spike:0.25:80");
+  ASSERT_TRUE(s.ok());
+  int spikes = 0;
+  for (int i = 0; i < 4000; i++) {
+    const double x = s->Draw(rng);
+    EXPECT_TRUE(x == 0.0 || x == 80.0) << x;
+    spikes += x == 80.0;
+  }
+  EXPECT_NEAR(spikes, 1000, 150);
 }
 
 TEST(StragglerDist, RejectsBadSpecs) {
   for (const char* bad : {"", "exp", "exp:", "exp:-1", "exp:1:2", "uniform:4:2", "pareto:0:1",
-                          "gamma:1", "const:nan", "const:abc"}) {
+                          "gamma:1", "const:nan", "const:abc", "spike:1.5:10",
+                          "spike:0.1", "spike:-0.1:10"}) {
     EXPECT_FALSE(StragglerDist::Parse(bad).ok()) << bad;
   }
 }

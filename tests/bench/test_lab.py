@@ -48,9 +48,33 @@ def test_setup_and_teardown_after_success():
         p = l.spawn(1, ["/bin/sh", "-c", "ip -o -4 addr show eth0"], stdout=subprocess.PIPE)
         out = p.communicate(timeout=10)[0].decode()
         assert "10.201.0.2/24" in out
+        # Jumbo frames by default (cloud VPCs): an 8000-byte datagram that may not be
+        # fragmented crosses the bridge whole.
+        p = l.spawn(0, [sys.executable, "-c",
+                        "import socket\n"
+                        "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                        "s.bind(('10.201.0.1',9100)); s.settimeout(10)\n"
+                        "print(len(s.recv(65536)))\n"], stdout=subprocess.PIPE)
+        q = l.spawn(1, [sys.executable, "-c",
+                        "import socket,time\n"
+                        "s=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n"
+                        "s.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER: DO\n"
+                        "for _ in range(20): s.sendto(b'x'*8000,('10.201.0.1',9100)); time.sleep(0.1)\n"],
+                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        assert p.communicate(timeout=15)[0].decode().strip() == "8000"
+        _, err = q.communicate(timeout=15)
+        assert q.returncode == 0, err
     assert not (names & netns())
     assert not lab_names_of(os.getpid())
     assert not os.path.exists(l.tmp)
+
+
+def test_bad_mtu_is_refused_before_anything_is_made():
+    import cloudlab
+    before = netns()
+    with pytest.raises(ValueError, match="mtu"):
+        cloudlab.Lab(2, mtu=100)
+    assert netns() == before
 
 
 def test_ranks_reach_each_other_through_the_bridge():

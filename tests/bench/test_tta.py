@@ -22,6 +22,7 @@ def tta(*args, timeout=100):
     (["--env", "nodist"], ["--env", "nodist"]),
     (["--env", "e:weird:3"], ["--env", "weird:3"]),
     (["--env", "e:exp:-5"], ["--env", "out of range"]),
+    (["--env", "e:spike:2:50"], ["--env", "out of range"]),
     (["--env", "e:exp:5@1.5"], ["--env", "1.5"]),
     (["--ranks", "99"], ["--ranks", "99"]),
     (["--target", "0"], ["--target"]),
@@ -37,6 +38,16 @@ def test_bad_flag_is_named(args, needles):
     for n in needles:
         assert n in p.stderr, (n, p.stderr)
     assert "Traceback" not in p.stderr, p.stderr
+
+
+def test_spike_distribution_draws_zero_or_the_spike():
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "bench", "tta"))
+    import dists
+    s = dists.Sampler("spike:0.25:80", seed=3)
+    draws = [s.draw_ms() for _ in range(4000)]
+    assert set(draws) <= {0.0, 80.0}
+    assert 850 <= sum(d == 80.0 for d in draws) <= 1150
 
 
 def test_quick_run_trains_every_config(tmp_path):
