@@ -196,10 +196,10 @@ class Lab:
                             "burst", burst, "latency", latency])
 
     # ---- processes ------------------------------------------------------------------
-    def spawn(self, rank, cmd, stdout=None, stderr=None):
+    def spawn(self, rank, cmd, stdout=None, stderr=None, env=None):
         """Starts cmd (list) in rank's namespace in its own process group."""
         p = subprocess.Popen(["ip", "netns", "exec", self.ns[rank]] + cmd, stdout=stdout,
-                             stderr=stderr, start_new_session=True)
+                             stderr=stderr, start_new_session=True, env=env)
         self.procs.append(p)
         return p
 

@@ -1,21 +1,29 @@
 #!/usr/bin/python3
-"""OptiReduce mode's benchmark (issue #5): p50/p99/p99.9 of Gloo ring_chunked, reliable TAR
-and OptiReduce mode, 4 local ranks, in three environments, one run:
+"""OptiReduce mode's benchmark (issue #5): p50/p99/p99.9 of Gloo ring_chunked over Gloo's TCP,
+reliable TAR and OptiReduce mode (both over our UDP transport), 4 ranks, three environments,
+one run:
 
   none      no faults
-  loss      1% packet loss (seeded, in our transport's I/O layer: Gloo's TCP cannot lose
-            packets here, so its row is ring_chunked over our UDP transport, which
-            retransmits them)
-  straggler one rank sleeps a random delay before each iteration (--straggler DIST); the
-            default auto:0.8 draws it from an exponential whose mean is 0.8 x Gloo ring's
-            p50 without faults at that size, which makes ring's p99/p50 about 3
-            (an Exp(m) delay on a base b gives (b + 4.6 m) / (b + 0.69 m))
+  loss      1% packet loss. In the lab (--where lab, the default as root): real loss, a tc
+            eBPF drop on every rank's incoming link, for every algorithm — Gloo's TCP meets
+            it too. Locally (--where local): seeded datagram loss in our transport's I/O
+            layer; Gloo's TCP cannot lose packets on loopback, so ring's row there runs over
+            our UDP transport, which retransmits them
+  straggler one rank (the last) sleeps a random delay before each iteration (--straggler);
+            the default auto-spike:0.05:2 is an occasional straggler: with probability 0.05
+            a delay of 2 x Gloo ring's no-fault p50 at that size, which puts ring's p99 at
+            about 3 x its p50. auto-exp:F (auto:F) delays every iteration by an exponential
+            of mean F x ring's p50 instead (F = 0.8 also gives ring p99/p50 about 3:
+            (b + 4.6 m) / (b + 0.69 m)) — a rank slow every time, which no bounded wait can
+            absorb: it only falls behind and is met one operation later
 
-  /usr/bin/python3 bench/mode/mode_table.py [--sizes 4194304,16777216] [--iters 100]
-      [--straggler auto:0.8 | exp:15 | ...] [--repair-budgets 1,0.25,0] [--csv FILE]
+  /usr/bin/python3 bench/mode/mode_table.py [--where lab|local] [--sizes 4194304,16777216]
+      [--iters 100] [--straggler auto-spike:0.05:2 | auto-exp:0.8 | spike:0.05:80 | exp:15]
+      [--repair-budgets 1,0.25,0] [--csv FILE]
 
-Every run is optireduce-bench --local-ranks 4 with --samples-csv; percentiles are over the
-timed iterations of rank 0 (p99.9 needs >= 1000 iterations to differ from the max).
+Every run is optireduce-bench with --samples-csv (4 lab namespaces on a bridge with MTU 9000
+links, or --local-ranks 4 on loopback); percentiles are over the timed iterations of rank 0
+(p99.9 needs >= 1000 iterations to differ from the max).
 """
 import argparse
 import csv
@@ -23,9 +31,15 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
+sys.path.insert(0, os.path.join(ROOT, "bench", "lab"))
+import cloudlab  # noqa: E402
+
+RANKS = 4
+LOSS = 0.01
 
 ALGOS = [("ring_chunked", "allreduce_ring_chunked"), ("TAR", "transpose"),
          ("OptiReduce", "optireduce")]
@@ -39,21 +53,68 @@ def percentile(v, q):
     return v[k]
 
 
+def run_local(bench, flags, env_extra, timeout, samples):
+    cmd = [bench, "--local-ranks", str(RANKS)] + flags
+    env = dict(os.environ, **env_extra)
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
+    if p.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+
+
+def run_lab(bench, flags, env_extra, timeout, loss):
+    """One rank per namespace of a fresh lab; `loss` drops on every rank's incoming link."""
+    with cloudlab.Lab(RANKS) as lab:
+        if loss:
+            for r in range(RANKS):
+                lab.set_drop(r, loss, "in")
+        shared = os.path.join(lab.tmp, "rdv")
+        os.makedirs(shared)
+        env = dict(os.environ, **env_extra)
+        procs, errs = [], []
+        for r in range(RANKS):
+            err = open(os.path.join(lab.tmp, "rank%d.err" % r), "w+")
+            errs.append(err)
+            cmd = [bench, "--size", str(RANKS), "--rank", str(r), "--shared-path", shared,
+                   "--prefix", "mode", "--tcp-device", "eth0"] + flags
+            procs.append(lab.spawn(r, cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
+        deadline = time.time() + timeout
+        failed = None
+        while any(p.poll() is None for p in procs):
+            bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
+            if bad or time.time() > deadline:
+                failed = bad[0] if bad else -1
+                break
+            time.sleep(0.05)
+        if failed is None:
+            bad = [r for r, p in enumerate(procs) if p.returncode != 0]
+            failed = bad[0] if bad else None
+        lab.kill(procs)
+        if failed is not None:
+            why = "timed out after %d s" % timeout if failed < 0 else \
+                "rank %d exited %s" % (failed, procs[failed].returncode)
+            errs[max(failed, 0)].seek(0)
+            raise RuntimeError("%s in the lab %s:\n%s" % (" ".join(flags), why,
+                                                            errs[max(failed, 0)].read()[-2000:]))
+        for e in errs:
+            e.close()
+
+
 def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
-        repair_budget=None):
+        repair_budget=None, where="local", loss=0.0):
     with tempfile.TemporaryDirectory() as tmp:
         samples = os.path.join(tmp, "s.csv")
-        cmd = [bench, "--local-ranks", "4", "-t", transport, "--elements", str(elements),
-               "--iteration-count", str(iters), "--warmup-iters", "25",
-               "--samples-csv", samples, "--timeout", "120", algo]
+        flags = ["-t", transport, "--elements", str(elements),
+                 "--iteration-count", str(iters), "--warmup-iters", "25",
+                 "--samples-csv", samples, "--timeout", "120"]
         if repair_budget is not None:
-            cmd[1:1] = ["--repair-budget", repair_budget]
+            flags += ["--repair-budget", repair_budget]
         if straggler:
-            cmd[1:1] = ["--straggler-ms-dist", straggler]
-        env = dict(os.environ, **env_extra)
-        p = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
+            flags += ["--straggler-ms-dist", straggler]
+        flags.append(algo)
+        if where == "lab":
+            run_lab(bench, flags, env_extra, timeout, loss)
+        else:
+            run_local(bench, flags, env_extra, timeout, samples)
         with open(samples) as f:
             rows = list(csv.DictReader(f))
     us = [float(r["us"]) for r in rows]
@@ -67,9 +128,14 @@ def main():
     ap.add_argument("--sizes", default="4194304,16777216",
                     help="float32 elements per buffer, comma-separated (default 16 and 64 MiB)")
     ap.add_argument("--iters", type=int, default=100)
-    ap.add_argument("--straggler", default="auto:0.8",
-                    help="delay distribution (ms) of the straggler env, or auto:F (exponential, "
-                         "mean F x ring's no-fault p50 at each size)")
+    ap.add_argument("--where", choices=["lab", "local"],
+                    default="lab" if os.geteuid() == 0 else "local",
+                    help="lab: one rank per network namespace, real packet loss (root; the "
+                         "default as root); local: --local-ranks on loopback")
+    ap.add_argument("--straggler", default="auto-spike:0.05:2",
+                    help="delay distribution (ms) of the straggler env (optireduce-bench "
+                         "spelling), auto-spike:P:F (probability P of F x ring's no-fault p50 "
+                         "at each size) or auto-exp:F (= auto:F; exponential of mean F x p50)")
     ap.add_argument("--envs", default="none,loss,straggler")
     ap.add_argument("--repair-budgets", default="1",
                     help="OptiReduce rows, one per repair budget (fraction of the bound; "
@@ -85,14 +151,23 @@ def main():
     for e in envs:
         if e not in ("none", "loss", "straggler"):
             ap.error(f"--envs: unknown environment '{e}' (allowed: none, loss, straggler)")
-    auto_scale = None
-    if args.straggler.startswith("auto:"):
+    auto_scale, auto_prob = None, None  # auto stragglers: scale of ring's p50, spike probability
+    if args.straggler.startswith(("auto:", "auto-exp:", "auto-spike:")):
+        parts = args.straggler.split(":")[1:]
         try:
-            auto_scale = float(args.straggler[5:])
+            nums = [float(x) for x in parts]
         except ValueError:
-            auto_scale = -1
-        if not auto_scale > 0:
-            ap.error(f"--straggler: auto:F needs a positive number F, got '{args.straggler}'")
+            nums = []
+        if args.straggler.startswith("auto-spike:"):
+            if len(nums) != 2 or not 0 < nums[0] <= 1 or not nums[1] > 0:
+                ap.error(f"--straggler: auto-spike:P:F needs 0 < P <= 1 and F > 0, "
+                         f"got '{args.straggler}'")
+            auto_prob, auto_scale = nums
+        else:
+            if len(nums) != 1 or not nums[0] > 0:
+                ap.error(f"--straggler: auto-exp:F needs a positive number F, "
+                         f"got '{args.straggler}'")
+            auto_scale = nums[0]
     budgets = [b for b in args.repair_budgets.split(",") if b]
     for b in budgets:
         try:
@@ -122,26 +197,29 @@ def main():
                 if env == "straggler" and auto_scale is not None:
                     if elements not in ring_p50_none:
                         us, _, _ = run(args.bench, "allreduce_ring_chunked", "tcp", elements,
-                                    args.iters, {}, "", timeout=1800)
+                                       args.iters, {}, "", timeout=1800, where=args.where)
                         ring_p50_none[elements] = percentile(us, 0.5) / 1e3
-                    straggler = f"exp:{auto_scale * ring_p50_none[elements]:.1f}"
+                    ms = auto_scale * ring_p50_none[elements]
+                    straggler = f"spike:{auto_prob}:{ms:.1f}" if auto_prob else f"exp:{ms:.1f}"
                     if name == algos[0][0]:
                         print(f"# straggler at {elements * 4 // (1 << 20)} MiB: {straggler} ms "
                               f"({auto_scale} x ring's no-fault p50)", flush=True)
-                if env == "loss":
-                    extra["OPTIREDUCE_FAULTS"] = "drop=0.01,seed=7"
+                link_loss = LOSS if env == "loss" and args.where == "lab" else 0.0
+                if env == "loss" and args.where == "local":
+                    extra["OPTIREDUCE_FAULTS"] = f"drop={LOSS},seed=7"
                     transport = "udp"
                 label = f"{name} ({transport})"
                 if budget is not None and budgets != ["1"]:
                     label = f"{name} ({transport}, repair {budget})"
                 us, loss, damaged = run(args.bench, algo, transport, elements, args.iters, extra,
-                                        straggler, timeout=1800, repair_budget=budget)
+                                        straggler, timeout=1800, repair_budget=budget,
+                                        where=args.where, loss=link_loss)
                 p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
                 if ring_p99 is None:
                     ring_p99 = p99
                 if env == "none" and algo == "allreduce_ring_chunked":
                     ring_p50_none[elements] = p50
-                row = dict(env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
+                row = dict(where=args.where, env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
                            p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
                            p99_vs_ring=p99 / ring_p99, loss_pct=loss, damaged_pct=damaged,
                            samples=len(us),

@@ -197,6 +197,8 @@ MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode"
     (["--sizes", "16M"], "--sizes"),
     (["--bench", "/nonexistent"], "--bench"),
     (["--straggler", "auto:x"], "--straggler"),
+    (["--straggler", "auto-spike:2:1"], "auto-spike"),
+    (["--where", "cloud"], "--where"),
     (["--repair-budgets", "1,lots"], "lots"),
 ])
 def test_mode_table_bad_flags(args, needle):
@@ -209,7 +211,8 @@ def test_mode_table_bad_flags(args, needle):
 def test_mode_table_small_run(bench_bin, tmp_path):
     out = tmp_path / "table.csv"
     p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
-                        "--iters", "5", "--envs", "none,loss,straggler", "--csv", str(out)],
+                        "--iters", "5", "--envs", "none,loss,straggler", "--csv", str(out),
+                        "--where", "local", "--straggler", "auto-exp:0.8"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
     assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(out.open()))
@@ -222,7 +225,7 @@ def test_mode_table_small_run(bench_bin, tmp_path):
             assert float(r["loss_pct"]) == 0.0  # reliable algorithms lose nothing
     # The loss environment runs the ring over our UDP transport (Gloo's TCP cannot drop).
     assert rows[3]["algorithm"] == "ring_chunked (udp)"
-    # auto:0.8 — an exponential delay scaled from the no-fault ring's p50, the same for all.
+    # auto-exp:0.8 — an exponential delay scaled from the no-fault ring's p50, the same for all.
     delays = {r["straggler_ms"] for r in rows if r["env"] == "straggler"}
     assert len(delays) == 1 and next(iter(delays)).startswith("exp:"), delays
     assert float(next(iter(delays))[4:]) > 0
@@ -231,6 +234,28 @@ def test_mode_table_small_run(bench_bin, tmp_path):
         assert 0.0 <= float(r["damaged_pct"]) <= 100.0
         if not r["algorithm"].startswith("OptiReduce"):
             assert float(r["damaged_pct"]) == 0.0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
+def test_mode_table_in_the_lab(bench_bin, tmp_path):
+    """Default as root: ranks in lab namespaces; the loss env drops real packets, so Gloo's
+    ring stays on TCP; the default straggler is an occasional spike sized from ring's p50."""
+    out = tmp_path / "table.csv"
+    p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
+                        "--iters", "5", "--envs", "loss,straggler", "--csv", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    rows = list(csv.DictReader(out.open()))
+    assert [(r["where"], r["env"], r["algorithm"]) for r in rows] == [
+        ("lab", e, a) for e in ("loss", "straggler")
+        for a in ("ring_chunked (tcp)", "TAR (udp)", "OptiReduce (udp)")]
+    for r in rows:
+        assert int(r["samples"]) == 5
+    delays = {r["straggler_ms"] for r in rows if r["env"] == "straggler"}
+    assert len(delays) == 1, delays
+    kind, prob, ms = next(iter(delays)).split(":")
+    assert (kind, prob) == ("spike", "0.05") and float(ms) > 0
+    assert not os.popen("ip netns list | grep orl-").read()  # every lab torn down
 
 
 def test_mode_table_one_optireduce_row_per_repair_budget(bench_bin, tmp_path):
