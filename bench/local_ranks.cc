@@ -80,6 +80,16 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     attr.hostname = !spec.iface.empty() ? Ipv4OfInterface(spec.iface)
                     : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
     attr.engine.busy_poll = spec.busy_poll;
+    // The library's switch, honoured here too so that A/B runs need no rebuild.
+    if (const char* v = std::getenv("OPTIREDUCE_UDP_OFFLOAD"); v != nullptr && *v != '\0') {
+      const std::string s(v);
+      if (s == "0" || s == "off" || s == "false" || s == "no") {
+        attr.segmentation_offload = false;
+      } else if (!(s == "1" || s == "on" || s == "true" || s == "yes")) {
+        throw std::invalid_argument("OPTIREDUCE_UDP_OFFLOAD='" + s +
+                                    "' is not one of 0, 1, on, off, true, false");
+      }
+    }
     return optireduce::transport::udp::CreateDevice(attr);
   }
 #endif

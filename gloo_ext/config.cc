@@ -51,6 +51,9 @@ const std::vector<VariableDoc>& Table() {
        "UDP device: how many ports from the base to try (default 64)"},
       {"OPTIREDUCE_UDP_MAX_DATAGRAM", "", "integer 0 or 512..65507",
        "UDP device: largest datagram (default 0 = from the interface MTU)"},
+      {"OPTIREDUCE_UDP_OFFLOAD", "", "0/off/false/no | 1/on/true/yes",
+       "UDP device: kernel segmentation offload and GRO for runs of datagrams (default on "
+       "where the kernel has them)"},
       {"OPTIREDUCE_SOCKET_BUFFER_BYTES", "", "integer 65536..1073741824",
        "UDP device: SO_RCVBUF/SO_SNDBUF request (default 32 MiB)"},
       {"OPTIREDUCE_EAL_ARGS", "GLOO_DPDK_EAL_ARGS", "DPDK EAL arguments",
@@ -268,6 +271,15 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
     return Invalid("OPTIREDUCE_UDP_MAX_DATAGRAM", std::to_string(v), "0 or 512..65507");
   }
   c.udp_max_datagram = v;
+  if (auto got = r.Get("OPTIREDUCE_UDP_OFFLOAD"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    std::optional<bool> on = ParseBool((*got)->second);
+    if (!on) {
+      return Invalid("OPTIREDUCE_UDP_OFFLOAD", (*got)->second, "0, 1, on, off, true, false");
+    }
+    c.udp_offload = *on;
+  }
   v = c.socket_buffer_bytes;
   if (auto s = r.Uint("OPTIREDUCE_SOCKET_BUFFER_BYTES", "", 65536, 1ull << 30, &v); !s.ok()) {
     return s;

@@ -60,6 +60,7 @@ struct Config {
   uint16_t udp_port_base = 0;  // 0 = ephemeral ports; else first port of a range
   int udp_port_range = 64;     // ports tried from udp_port_base
   size_t udp_max_datagram = 0;  // 0 = transport default (MTU based)
+  bool udp_offload = true;      // udp::attr::segmentation_offload
   size_t socket_buffer_bytes = 32 << 20;
 
   // DPDK device (GLOO_DEVICE_TRANSPORT=DPDK).

@@ -86,6 +86,7 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
   transport::udp::attr attr;
   attr.hostname = *host;
   attr.max_datagram = config.udp_max_datagram;
+  attr.segmentation_offload = config.udp_offload;
   attr.socket_buffer_bytes = config.socket_buffer_bytes;
   attr.engine = EngineOptionsOf(config);
   if (config.udp_port_base == 0) {

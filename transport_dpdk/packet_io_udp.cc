@@ -4,6 +4,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/ioctl.h>
@@ -23,6 +24,11 @@ namespace {
 constexpr uint8_t kUdpTag = 'U';
 constexpr size_t kRxBatch = 64;
 constexpr size_t kTxBatch = 64;
+// UDP_SEGMENT limits: at most 64 segments (UDP_MAX_SEGMENTS on older kernels) and one IPv4
+// packet's worth of payload per message. A received coalesced message is at most 64 KiB.
+constexpr size_t kMaxSegments = 64;
+constexpr size_t kMaxSegmentedBytes = 65000;
+constexpr uint32_t kGroSlotBytes = 65536;
 
 std::string Errno(const char* what) {
   return absl::StrCat(what, ": ", std::strerror(errno));
@@ -118,8 +124,19 @@ absl::StatusOr<std::unique_ptr<UdpPacketIo>> UdpPacketIo::Create(
   io->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (io->wake_fd_ < 0) return absl::InternalError(Errno("eventfd"));
 
-  // One extra byte per slot so truncated (oversized) datagrams are detected.
-  const size_t slot = io->max_datagram_ + 1;
+  if (attr.segmentation_offload) {
+    // The kernel says whether it has the options; a device that cannot segment is found at
+    // the first send (TxBurst falls back).
+    int off = 0;
+    io->gso_ = setsockopt(io->fd_, IPPROTO_UDP, UDP_SEGMENT, &off, sizeof(off)) == 0;
+    int on = 1;
+    io->gro_ = setsockopt(io->fd_, IPPROTO_UDP, UDP_GRO, &on, sizeof(on)) == 0;
+  }
+  // One extra byte per slot so truncated (oversized) datagrams are detected; with GRO a
+  // slot holds a whole coalesced message.
+  const size_t slot = io->gro_ ? kGroSlotBytes + 1 : io->max_datagram_ + 1;
+  io->rx_slot_bytes_ = static_cast<uint32_t>(slot);
+  io->rx_pending_.reserve(kRxBatch * kMaxSegments);
   io->rx_storage_.resize(slot * kRxBatch);
   for (size_t i = 0; i < kRxBatch; ++i) {
     io->rx_slots_.push_back(io->rx_storage_.data() + i * slot);
@@ -170,24 +187,60 @@ absl::StatusOr<PeerHandle> UdpPacketIo::ResolvePeer(const IoAddress& a) {
   return static_cast<PeerHandle>(peers_.size() - 1);
 }
 
+// How many datagrams from d[i] on can leave as one segmented message: same peer, all the
+// size of the first but the last (which may be shorter), within the kernel's limits.
+size_t SegmentRun(const TxDatagram* d, size_t i, size_t n) {
+  const size_t first = d[i].head_len + d[i].body_len;
+  size_t k = 1;
+  size_t total = first;
+  while (i + k < n && k < kMaxSegments && d[i + k].peer == d[i].peer) {
+    const size_t len = d[i + k].head_len + d[i + k].body_len;
+    if (len > first || len == 0 || total + len > kMaxSegmentedBytes) break;
+    total += len;
+    ++k;
+    if (len < first) break;  // a shorter datagram ends a run
+  }
+  return k;
+}
+
 size_t UdpPacketIo::TxBurst(const TxDatagram* d, size_t n) {
+  constexpr size_t kIov = 2 * kTxBatch * 4;
   size_t done = 0;
   while (done < n) {
-    const size_t batch = std::min(kTxBatch, n - done);
     mmsghdr msgs[kTxBatch];
-    iovec iov[kTxBatch][2];
-    size_t m = 0;
-    for (size_t i = 0; i < batch; ++i) {
-      const TxDatagram& t = d[done + i];
-      std::memset(&msgs[m], 0, sizeof(msgs[m]));
-      iov[m][0] = {const_cast<void*>(t.head), t.head_len};
-      iov[m][1] = {const_cast<void*>(t.body), t.body_len};
-      msgs[m].msg_hdr.msg_iov = iov[m];
-      msgs[m].msg_hdr.msg_iovlen = t.body_len ? 2 : 1;
-      msgs[m].msg_hdr.msg_name =
-          t.peer < peers_.size() ? &peers_[t.peer] : nullptr;
-      msgs[m].msg_hdr.msg_namelen = sizeof(sockaddr_in);
-      ++m;
+    iovec iov[kIov];
+    alignas(cmsghdr) char control[kTxBatch][CMSG_SPACE(sizeof(uint16_t))];
+    size_t count[kTxBatch];  // datagrams in each message
+    size_t m = 0, used = 0, i = done;
+    while (m < kTxBatch && i < n) {
+      size_t k = gso_ ? SegmentRun(d, i, n) : 1;
+      if (used + 2 * k > kIov) {
+        if (m > 0) break;  // the next sendmmsg takes it
+        k = kIov / 2;
+      }
+      mmsghdr& msg = msgs[m];
+      std::memset(&msg, 0, sizeof(msg));
+      msg.msg_hdr.msg_iov = &iov[used];
+      for (size_t j = 0; j < k; ++j) {
+        const TxDatagram& t = d[i + j];
+        iov[used++] = {const_cast<void*>(t.head), t.head_len};
+        if (t.body_len) iov[used++] = {const_cast<void*>(t.body), t.body_len};
+      }
+      msg.msg_hdr.msg_iovlen = static_cast<size_t>(&iov[used] - msg.msg_hdr.msg_iov);
+      msg.msg_hdr.msg_name = d[i].peer < peers_.size() ? &peers_[d[i].peer] : nullptr;
+      msg.msg_hdr.msg_namelen = sizeof(sockaddr_in);
+      if (k > 1) {
+        msg.msg_hdr.msg_control = control[m];
+        msg.msg_hdr.msg_controllen = sizeof(control[m]);
+        cmsghdr* c = CMSG_FIRSTHDR(&msg.msg_hdr);
+        c->cmsg_level = IPPROTO_UDP;
+        c->cmsg_type = UDP_SEGMENT;
+        c->cmsg_len = CMSG_LEN(sizeof(uint16_t));
+        const uint16_t segment = static_cast<uint16_t>(d[i].head_len + d[i].body_len);
+        std::memcpy(CMSG_DATA(c), &segment, sizeof(segment));
+      }
+      count[m++] = k;
+      i += k;
     }
     int sent = sendmmsg(fd_, msgs, static_cast<unsigned>(m), 0);
     if (sent < 0) {
@@ -195,39 +248,72 @@ size_t UdpPacketIo::TxBurst(const TxDatagram* d, size_t n) {
         return done;  // backpressure
       }
       if (errno == EINTR) continue;
+      if (count[0] > 1) {
+        // The route's device cannot segment (EIO), or a limit of this kernel (EINVAL,
+        // EMSGSIZE): one datagram per message from now on, starting with these.
+        gso_ = false;
+        continue;
+      }
       // A hard error on one datagram (e.g. ECONNREFUSED from an ICMP error,
       // EMSGSIZE): skip it like a loss and go on.
       ++done;
       continue;
     }
-    done += static_cast<size_t>(sent);
-    if (static_cast<size_t>(sent) < m) {
-      // Partial: the next datagram failed. Probe it once more alone.
-      continue;
+    for (int j = 0; j < sent; ++j) {
+      done += count[j];
+      segmented_sends_ += count[j] > 1;
     }
+    // Partial: the next message failed; the loop probes it again at the front.
   }
   return done;
 }
 
 size_t UdpPacketIo::RxBurst(RxDatagram* out, size_t max) {
-  const size_t want = std::min(max, kRxBatch);
-  mmsghdr msgs[kRxBatch];
-  iovec iov[kRxBatch];
-  for (size_t i = 0; i < want; ++i) {
-    std::memset(&msgs[i], 0, sizeof(msgs[i]));
-    iov[i] = {rx_slots_[i], max_datagram_ + 1};
-    msgs[i].msg_hdr.msg_iov = &iov[i];
-    msgs[i].msg_hdr.msg_iovlen = 1;
+  if (rx_pending_next_ == rx_pending_.size()) {
+    rx_pending_.clear();
+    rx_pending_next_ = 0;
+    mmsghdr msgs[kRxBatch];
+    iovec iov[kRxBatch];
+    alignas(cmsghdr) char control[kRxBatch][CMSG_SPACE(sizeof(int))];
+    // Without GRO every message is one datagram: take no more than the caller can hold.
+    const size_t want = gro_ ? kRxBatch : std::min(max, kRxBatch);
+    for (size_t i = 0; i < want; ++i) {
+      std::memset(&msgs[i], 0, sizeof(msgs[i]));
+      iov[i] = {rx_slots_[i], rx_slot_bytes_};
+      msgs[i].msg_hdr.msg_iov = &iov[i];
+      msgs[i].msg_hdr.msg_iovlen = 1;
+      if (gro_) {
+        msgs[i].msg_hdr.msg_control = control[i];
+        msgs[i].msg_hdr.msg_controllen = sizeof(control[i]);
+      }
+    }
+    int got = recvmmsg(fd_, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    if (got <= 0) return 0;
+    for (int i = 0; i < got; ++i) {
+      msghdr& h = msgs[i].msg_hdr;
+      if (h.msg_flags & MSG_TRUNC) continue;  // oversized: drop
+      const uint32_t len = msgs[i].msg_len;
+      uint32_t segment = len;
+      for (cmsghdr* c = gro_ ? CMSG_FIRSTHDR(&h) : nullptr; c; c = CMSG_NXTHDR(&h, c)) {
+        if (c->cmsg_level == IPPROTO_UDP && c->cmsg_type == UDP_GRO) {
+          int s = 0;
+          std::memcpy(&s, CMSG_DATA(c), sizeof(s));
+          if (s > 0) segment = static_cast<uint32_t>(s);
+        }
+      }
+      // A coalesced message is datagrams of `segment` bytes back to back (the last may be
+      // shorter); each goes to the engine on its own.
+      coalesced_receives_ += segment < len;
+      for (uint32_t at = 0; at < len; at += segment) {
+        const uint32_t piece = std::min(segment, len - at);
+        // Oversized: dropped, as MSG_TRUNC drops it without GRO.
+        if (piece <= max_datagram_) rx_pending_.push_back({rx_slots_[i] + at, piece});
+      }
+    }
   }
-  int got = recvmmsg(fd_, msgs, static_cast<unsigned>(want), MSG_DONTWAIT,
-                     nullptr);
-  if (got <= 0) return 0;
   size_t n = 0;
-  for (int i = 0; i < got; ++i) {
-    if (msgs[i].msg_hdr.msg_flags & MSG_TRUNC) continue;  // oversized: drop
-    out[n].data = rx_slots_[i];
-    out[n].len = msgs[i].msg_len;
-    ++n;
+  while (n < max && rx_pending_next_ < rx_pending_.size()) {
+    out[n++] = rx_pending_[rx_pending_next_++];
   }
   return n;
 }

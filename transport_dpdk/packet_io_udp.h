@@ -1,6 +1,7 @@
 // packet_io_udp.h — kernel UDP backend: one nonblocking IPv4 socket per
-// device, sendmmsg/recvmmsg bursts, poll() on the socket + an eventfd to
-// sleep when idle.
+// device, sendmmsg/recvmmsg bursts (with UDP segmentation offload on send and
+// UDP GRO on receive where the kernel has them), poll() on the socket + an
+// eventfd to sleep when idle.
 #pragma once
 
 #include <netinet/in.h>
@@ -35,6 +36,12 @@ class UdpPacketIo : public PacketIo {
   // The kernel's actual receive buffer size (after doubling).
   size_t ReceiveBufferBytes() const { return rcvbuf_bytes_; }
   uint16_t port() const { return ntohs(local_.sin_port); }
+  // Segmentation offload in use (send side); false after the kernel refused a run.
+  bool SegmentationOffload() const { return gso_; }
+  // Messages handed to the kernel carrying more than one datagram, and received messages
+  // that the kernel had coalesced (more than one datagram each): counters for tests.
+  uint64_t SegmentedSends() const { return segmented_sends_; }
+  uint64_t CoalescedReceives() const { return coalesced_receives_; }
 
  private:
   UdpPacketIo() = default;
@@ -45,8 +52,17 @@ class UdpPacketIo : public PacketIo {
   size_t rcvbuf_bytes_ = 0;
   sockaddr_in local_{};
   std::vector<sockaddr_in> peers_;  // by PeerHandle
+  bool gso_ = false;
+  bool gro_ = false;
+  uint32_t rx_slot_bytes_ = 0;
+  uint64_t segmented_sends_ = 0;
+  uint64_t coalesced_receives_ = 0;
   std::vector<uint8_t> rx_storage_;
   std::vector<uint8_t*> rx_slots_;
+  // Datagrams of the last recvmmsg not yet returned (a coalesced message holds many): they
+  // are handed out before the slots are reused.
+  std::vector<RxDatagram> rx_pending_;
+  size_t rx_pending_next_ = 0;
 };
 
 // Encodes/decodes the UDP backend's IoAddress (IPv4 + port).

@@ -112,6 +112,7 @@ TEST(ConfigTest, UdpSettings) {
                                     {"OPTIREDUCE_UDP_PORT_BASE", "40000"},
                                     {"OPTIREDUCE_UDP_PORT_RANGE", "8"},
                                     {"OPTIREDUCE_UDP_MAX_DATAGRAM", "1472"},
+                                    {"OPTIREDUCE_UDP_OFFLOAD", "off"},
                                     {"OPTIREDUCE_SOCKET_BUFFER_BYTES", "4194304"}});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->udp_host, "10.0.0.7");
@@ -119,6 +120,10 @@ TEST(ConfigTest, UdpSettings) {
   EXPECT_EQ(c->udp_port_range, 8);
   EXPECT_EQ(c->udp_max_datagram, 1472u);
   EXPECT_EQ(c->socket_buffer_bytes, 4194304u);
+  EXPECT_FALSE(c->udp_offload);
+  EXPECT_TRUE(Parse({})->udp_offload);
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_UDP_OFFLOAD", "maybe"}}),
+              AllOf(HasSubstr("OPTIREDUCE_UDP_OFFLOAD='maybe'"), HasSubstr("on, off")));
   EXPECT_THAT(ErrorOf({{"OPTIREDUCE_UDP_PORT_BASE", "70000"}}),
               AllOf(HasSubstr("OPTIREDUCE_UDP_PORT_BASE='70000'"), HasSubstr("[0, 65535]")));
   EXPECT_THAT(ErrorOf({{"OPTIREDUCE_UDP_MAX_DATAGRAM", "100"}}),

@@ -129,6 +129,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
     std::vector<std::pair<int, std::vector<ByteRange>>> requests;
     {
       std::lock_guard<std::mutex> lock(owner_->mu_);
+      const auto now = Clock::now();
       for (const Region& r : posted_->regions) {
         if (r.released) continue;  // its sender said the data is gone
         std::vector<ByteRange> missing;
@@ -137,7 +138,12 @@ class BoundedReceiver::Receive : public BoundedReceive {
           if (begin > next) missing.push_back({next, begin});
           next = std::max(next, end);
         }
-        if (next < r.spec.nbytes) missing.push_back({next, r.spec.nbytes});
+        // A sender that is late but streaming (a peer descheduled on a loaded host) sends
+        // its tail anyway: asking for it too doubled the traffic of every repaired phase.
+        // Once it has been quiet for the window, the tail is requested as well.
+        const bool streaming = !r.last_seen && r.last_payload != Clock::time_point{} &&
+                               now - r.last_payload < owner_->options_.streaming_window;
+        if (next < r.spec.nbytes && !streaming) missing.push_back({next, r.spec.nbytes});
         if (!missing.empty()) requests.emplace_back(r.spec.peer, std::move(missing));
       }
     }
@@ -229,6 +235,7 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
     if (wake) cv_.notify_all();
     return;
   }
+  region->last_payload = now;
   std::memcpy(static_cast<char*>(region->spec.dst) + offset, data, len);
   counters_.applied_packets++;
   // Merge [offset, offset + len) into the arrived set, counting only new bytes.

@@ -48,6 +48,8 @@ class BoundedReceiver {
   struct Options {
     size_t staging_bytes = 64 << 20;
     size_t closed_history = 8192;
+    // A region whose sender sent a payload this recently is "streaming" (RequestMissing).
+    std::chrono::microseconds streaming_window{5000};
   };
 
   BoundedReceiver();
@@ -85,6 +87,9 @@ class BoundedReceiver {
     // (complete, or its last packets in). Epoch (zero): not yet.
     BoundedClock::time_point first_arrival{};
     BoundedClock::time_point done_at{};
+    // The latest payload: a sender heard from this recently is still streaming, and a
+    // repair asks it only for holes, not for the tail it is about to send anyway.
+    BoundedClock::time_point last_payload{};
   };
   struct Posted {
     std::vector<Region> regions;

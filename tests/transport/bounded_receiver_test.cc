@@ -1,0 +1,101 @@
+// BoundedReceiver's repair requests: holes are asked for at once; the tail of a region whose
+// sender is still streaming is not (it is on its way), until that sender has been quiet for
+// the streaming window.
+#include "transport_dpdk/bounded/bounded_receiver.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace optireduce {
+namespace transport {
+namespace {
+
+using Clock = BoundedClock;
+
+struct Request {
+  Clock::time_point at;
+  int peer;
+  std::vector<std::pair<size_t, size_t>> missing;
+};
+
+class RepairLog {
+ public:
+  BoundedReceiver::RepairRequest Callback() {
+    return [this](int peer, uint64_t, const std::vector<ByteRange>& missing) {
+      std::lock_guard<std::mutex> lock(mu_);
+      Request r{Clock::now(), peer, {}};
+      for (const ByteRange& m : missing) r.missing.emplace_back(m.begin, m.end);
+      log_.push_back(r);
+    };
+  }
+  std::vector<Request> Get() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return log_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<Request> log_;
+};
+
+TEST(BoundedReceiverRepair, AsksAStreamingSenderOnlyForHolesThenForTheTailOnceItIsQuiet) {
+  BoundedReceiver::Options options;
+  options.streaming_window = std::chrono::milliseconds(20);
+  BoundedReceiver receiver(options);
+  std::vector<char> dst1(1000), dst2(1000);
+  RepairLog log;
+  auto rx = receiver.Post(7, {{1, dst1.data(), dst1.size()}, {2, dst2.data(), dst2.size()}},
+                          log.Callback());
+  std::vector<char> bytes(1000, 'x');
+  // Peer 1: [0, 200) and [300, 400) so far, still sending. Peer 2 sent nothing yet.
+  receiver.OnData(7, 1, 0, bytes.data(), 200, /*last=*/false);
+  receiver.OnData(7, 1, 300, bytes.data(), 100, /*last=*/false);
+  const auto start = Clock::now();
+  // Repairs re-ask every deadline/8 (here ~10 ms) until the deadline: 80 ms.
+  EXPECT_EQ(rx->Repair(start + std::chrono::milliseconds(80), std::chrono::milliseconds(80)),
+            PhaseEnd::kDeadline);
+  const std::vector<Request> requests = log.Get();
+  bool hole_only = false, tail_later = false, peer2_whole = false;
+  for (const Request& r : requests) {
+    const auto since = r.at - start;
+    if (r.peer == 1 && since < std::chrono::milliseconds(15)) {
+      // Within the window of its last payload: the hole only.
+      EXPECT_EQ(r.missing, (std::vector<std::pair<size_t, size_t>>{{200, 300}}));
+      hole_only = true;
+    }
+    if (r.peer == 1 && since > std::chrono::milliseconds(25)) {
+      EXPECT_EQ(r.missing, (std::vector<std::pair<size_t, size_t>>{{200, 300}, {400, 1000}}));
+      tail_later = true;
+    }
+    // A sender never heard from is asked for everything from the first request on.
+    if (r.peer == 2) {
+      EXPECT_EQ(r.missing, (std::vector<std::pair<size_t, size_t>>{{0, 1000}}));
+      peer2_whole = true;
+    }
+  }
+  EXPECT_TRUE(hole_only);
+  EXPECT_TRUE(tail_later);
+  EXPECT_TRUE(peer2_whole);
+}
+
+TEST(BoundedReceiverRepair, ASenderWhoseLastPacketsArrivedIsAskedForTheWholeRest) {
+  BoundedReceiver receiver;  // default 5 ms window
+  std::vector<char> dst(1000);
+  RepairLog log;
+  auto rx = receiver.Post(9, {{1, dst.data(), dst.size()}}, log.Callback());
+  std::vector<char> bytes(1000, 'y');
+  receiver.OnData(9, 1, 0, bytes.data(), 500, /*last=*/false);
+  receiver.OnData(9, 1, 900, bytes.data(), 100, /*last=*/true);  // its last packet: done
+  rx->Repair(Clock::now() + std::chrono::milliseconds(8), std::chrono::milliseconds(8));
+  const std::vector<Request> requests = log.Get();
+  ASSERT_FALSE(requests.empty());
+  EXPECT_EQ(requests.front().missing, (std::vector<std::pair<size_t, size_t>>{{500, 900}}));
+}
+
+}  // namespace
+}  // namespace transport
+}  // namespace optireduce
