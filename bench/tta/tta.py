@@ -435,16 +435,27 @@ def cmd_calibrate(args):
     lib = None  # Gloo ring only: optireduce is not loaded
     args.target = 100.0  # unused: calibration looks at step times only
     specs = [d.strip() for d in args.dists.split(",") if d.strip()]
+    parsed = []
     for d in specs:
+        dist, _, loss_s = d.partition("@")
         try:
-            dists.parse(d, what="--dists")
+            dists.parse(dist, what="--dists")
+            loss = float(loss_s) if loss_s else 0.0
         except ValueError as e:
-            raise UsageError(str(e)) from None
+            raise UsageError(str(e) if not loss_s or "--dists" in str(e) else
+                             "--dists: '%s' has loss '%s'; allowed: a number in [0, 1)"
+                             % (d, loss_s)) from None
+        if not 0 <= loss < 1:
+            raise UsageError("--dists: '%s' has loss '%s'; allowed: a number in [0, 1)" % (d, loss_s))
+        if loss and not args.lab:
+            raise UsageError("--dists: '%s': packet loss for Gloo's ring needs --lab (real "
+                             "loss on the links; TCP on loopback cannot lose)" % d)
+        parsed.append((dist, loss))
     print("calibration: Gloo ring, %d ranks, per-step sync time of rank 0 (straggler rank %d)"
           % (args.ranks, args.straggler_rank))
     print("%-16s %9s %9s %8s" % ("straggler", "p50 ms", "p99 ms", "p99/p50"))
-    for d in specs:
-        _, s = run_one(args, "cal", d, 0.0, "ring", lib, progress=False)
+    for d, (dist, loss) in zip(specs, parsed):
+        _, s = run_one(args, "cal", dist, loss, "ring", lib, progress=False)
         print("%-16s %9.1f %9.1f %8.2f" % (d, s["sync_p50_ms"], s["sync_p99_ms"],
                                            s["sync_p99_over_p50"]), flush=True)
     return 0
@@ -466,7 +477,8 @@ def main(argv=None):
     cal = sub.add_parser("calibrate", help="Gloo ring's per-step p99/p50 for straggler delays")
     add_common(cal)
     cal.add_argument("--dists", default="none,exp:8,exp:20,exp:45,exp:80",
-                     help="comma-separated straggler distributions to try")
+                     help="comma-separated straggler distributions to try, each DIST[@LOSS] "
+                          "(LOSS: packet loss on every link, with --lab)")
     argv = list(sys.argv[1:] if argv is None else argv)
     if not argv or argv[0] not in ("run", "calibrate", "-h", "--help"):
         argv = ["run"] + argv

@@ -31,6 +31,8 @@ def tta(*args, timeout=100):
     (["--bogus"], ["--bogus"]),
     (["--repair-budget", "-1"], ["--repair-budget", "-1"]),
     (["calibrate", "--dists", "none,exp:x"], ["--dists", "exp:x"]),
+    (["calibrate", "--dists", "none@2"], ["--dists", "none@2"]),
+    (["calibrate", "--dists", "none@0.01"], ["--dists", "--lab"]),
 ])
 def test_bad_flag_is_named(args, needles):
     p = tta(*args, timeout=60)

@@ -96,6 +96,62 @@ TEST(BoundedReceiverRepair, ASenderWhoseLastPacketsArrivedIsAskedForTheWholeRest
   EXPECT_EQ(requests.front().missing, (std::vector<std::pair<size_t, size_t>>{{500, 900}}));
 }
 
+// Staging (packets of operations this rank has not posted yet: it is behind).
+void Stage(BoundedReceiver& r, uint64_t op, int src, size_t bytes, size_t packet = 100) {
+  std::vector<char> data(packet, static_cast<char>(op));
+  for (size_t at = 0; at < bytes; at += packet) {
+    r.OnData(op, src, at, data.data(), std::min(packet, bytes - at), at + packet >= bytes);
+  }
+}
+
+TEST(BoundedReceiverStaging, GrowsToHoldWholePostsOfTheLargestSizePosted) {
+  BoundedReceiver::Options options;
+  options.staging_bytes = 1000;
+  options.staged_posts = 4;
+  BoundedReceiver receiver(options);
+  std::vector<char> dst(1500);
+  { auto rx = receiver.Post(1, {{1, dst.data(), 1500}}, nullptr); }  // largest post: 1500
+  // A peer one operation ahead: 3000 bytes of op 2 must all be kept (limit 4 x 1500).
+  Stage(receiver, 2, 1, 1500);
+  Stage(receiver, 2, 2, 1500);
+  EXPECT_EQ(receiver.counters().staging_overflow_packets, 0u);
+  std::vector<char> a(1500), b(1500);
+  auto rx = receiver.Post(2, {{1, a.data(), 1500}, {2, b.data(), 1500}}, nullptr);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(1), std::chrono::microseconds(1000), 0),
+            PhaseEnd::kComplete);
+}
+
+TEST(BoundedReceiverStaging, WhenFullKeepsWhatThisRankPostsNextAndDropsTheNewcomer) {
+  BoundedReceiver::Options options;
+  options.staging_bytes = 2000;
+  options.staged_posts = 1;
+  BoundedReceiver receiver(options);
+  Stage(receiver, 5, 1, 2000);  // the operation this rank posts next: fills staging
+  Stage(receiver, 6, 1, 500);   // a later one: no room, dropped
+  EXPECT_EQ(receiver.counters().staging_overflow_packets, 5u);
+  std::vector<char> dst(2000);
+  auto rx = receiver.Post(5, {{1, dst.data(), 2000}}, nullptr);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(1), std::chrono::microseconds(1000), 0),
+            PhaseEnd::kComplete);
+  EXPECT_EQ(dst[1999], 5);
+}
+
+TEST(BoundedReceiverStaging, DataOlderThanTheMaximumAgeMakesRoom) {
+  BoundedReceiver::Options options;
+  options.staging_bytes = 2000;
+  options.staged_posts = 1;
+  options.staged_max_age = std::chrono::milliseconds(20);
+  BoundedReceiver receiver(options);
+  Stage(receiver, 8, 1, 2000);  // never posted here: garbage once old
+  std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  Stage(receiver, 9, 1, 500);
+  EXPECT_EQ(receiver.counters().staging_overflow_packets, 20u);  // op 8's packets, evicted
+  std::vector<char> dst(500);
+  auto rx = receiver.Post(9, {{1, dst.data(), 500}}, nullptr);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(1), std::chrono::microseconds(1000), 0),
+            PhaseEnd::kComplete);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace optireduce

@@ -173,7 +173,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
 };
 
 BoundedReceiver::BoundedReceiver() : BoundedReceiver(Options()) {}
-BoundedReceiver::BoundedReceiver(const Options& options) : options_(options) {}
+BoundedReceiver::BoundedReceiver(const Options& options)
+    : options_(options), staging_limit_(options.staging_bytes) {}
 BoundedReceiver::~BoundedReceiver() = default;
 
 std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
@@ -186,7 +187,15 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
   }
   posted->posted_at = Clock::now();
   posted->last_arrival = posted->posted_at;
+  size_t post_bytes = 0;
+  for (const BoundedRegion& spec : regions) post_bytes += spec.nbytes;
   std::lock_guard<std::mutex> lock(mu_);
+  if (post_bytes > 0 && options_.staged_posts > 0) {
+    const size_t want = post_bytes > options_.max_staging_bytes / options_.staged_posts
+                            ? options_.max_staging_bytes
+                            : post_bytes * options_.staged_posts;
+    staging_limit_ = std::max(staging_limit_, std::min(want, options_.max_staging_bytes));
+  }
   // An op id closed long ago may be reused only after it left the history; reopening it
   // means a new operation with the same id, so forget that it was closed.
   if (closed_.erase(op) > 0) {
@@ -201,7 +210,8 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
       RecycleLocked(std::move(s.bytes));
     }
     staged_.erase(it);
-    staged_order_.erase(std::find(staged_order_.begin(), staged_order_.end(), op));
+    staged_order_.erase(std::find_if(staged_order_.begin(), staged_order_.end(),
+                                     [op](const auto& e) { return e.first == op; }));
   }
   return std::make_unique<Receive>(this, op, std::move(posted), std::move(repair));
 }
@@ -281,9 +291,13 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
     counters_.stale_packets++;
     return;
   }
-  // Not posted yet: stage, evicting the oldest staged operations beyond the budget.
-  while (staged_bytes_ + len > options_.staging_bytes && !staged_order_.empty()) {
-    const uint64_t victim = staged_order_.front();
+  // Not posted yet: stage. When full, only operations staged longer ago than the maximum
+  // age make room (garbage); the others are what this rank posts next, oldest first, so
+  // it is the newcomer that is dropped.
+  const auto now = Clock::now();
+  while (staged_bytes_ + len > staging_limit_ && !staged_order_.empty() &&
+         now - staged_order_.front().second > options_.staged_max_age) {
+    const uint64_t victim = staged_order_.front().first;
     staged_order_.pop_front();
     for (Staged& s : staged_[victim]) {
       staged_bytes_ -= s.bytes.size();
@@ -292,12 +306,12 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
     }
     staged_.erase(victim);
   }
-  if (staged_bytes_ + len > options_.staging_bytes) {
+  if (staged_bytes_ + len > staging_limit_) {
     counters_.staging_overflow_packets++;
     return;
   }
   auto& list = staged_[op];
-  if (list.empty()) staged_order_.push_back(op);
+  if (list.empty()) staged_order_.emplace_back(op, now);
   list.push_back(Staged{src, offset, last, estimated, TakeBufferLocked(data, len)});
   staged_bytes_ += len;
   counters_.staged_packets++;
@@ -316,7 +330,7 @@ std::vector<char> BoundedReceiver::TakeBufferLocked(const void* data, size_t len
 }
 
 void BoundedReceiver::RecycleLocked(std::vector<char>&& bytes) {
-  if (spare_bytes_ + bytes.capacity() > options_.staging_bytes) return;  // freed
+  if (spare_bytes_ + bytes.capacity() > staging_limit_) return;  // freed
   spare_bytes_ += bytes.capacity();
   spare_buffers_.push_back(std::move(bytes));
 }

@@ -46,7 +46,17 @@ class BoundedReceiver {
       std::function<void(int peer, uint64_t op, const std::vector<ByteRange>& missing)>;
 
   struct Options {
+    // Staging holds packets of operations not posted yet (this rank is behind its peers):
+    // at least `staging_bytes`, grown to `staged_posts` posts of the largest size posted so
+    // far — a rank a whole operation (two phases) behind keeps all of it; with 64 MiB
+    // buckets on 4 ranks one operation is 96 MiB, and a 64 MiB area dropped most of what a
+    // lagging rank needed next — at most `max_staging_bytes`.
     size_t staging_bytes = 64 << 20;
+    size_t staged_posts = 4;
+    size_t max_staging_bytes = size_t{1} << 30;
+    // When staging is full, data staged longer ago than this is garbage (never posted here)
+    // and makes room; younger data is what this rank posts next, so the newcomer is dropped.
+    std::chrono::milliseconds staged_max_age{10000};
     size_t closed_history = 8192;
     // A region whose sender sent a payload this recently is "streaming" (RequestMissing).
     std::chrono::microseconds streaming_window{5000};
@@ -122,10 +132,11 @@ class BoundedReceiver {
   std::condition_variable cv_;
   absl::flat_hash_map<uint64_t, Posted*> posted_;
   absl::flat_hash_map<uint64_t, std::vector<Staged>> staged_;
-  std::deque<uint64_t> staged_order_;
+  std::deque<std::pair<uint64_t, BoundedClock::time_point>> staged_order_;  // first packet
   size_t staged_bytes_ = 0;
+  size_t staging_limit_ = 0;  // options_.staging_bytes grown by the largest post (Options)
   std::vector<std::vector<char>> spare_buffers_;
-  size_t spare_bytes_ = 0;  // capacity held in spare_buffers_, at most the staging budget
+  size_t spare_bytes_ = 0;  // capacity held in spare_buffers_, at most the staging limit
   absl::flat_hash_set<uint64_t> closed_;
   std::deque<uint64_t> closed_order_;
   BoundedReceiverCounters counters_;
