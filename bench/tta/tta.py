@@ -191,6 +191,7 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
         "eval_every": args.eval_every, "straggler": dist_spec,
         "straggler_rank": args.straggler_rank, "seed": args.seed,
         "op_timeout_s": args.timeout,
+        "resync_every": args.resync_every if config == "optireduce" else 0,
     }
     workdir = tempfile.mkdtemp(prefix="optireduce-tta-")
     job = None
@@ -272,6 +273,7 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
         # As the library parsed it (OPTIREDUCE_REPAIR_BUDGET), not as this script meant it.
         "repair_budget": (r0.get("config") or {}).get("repair_budget", "")
                          if config == "optireduce" else "",
+        "resync_every": args.resync_every if config == "optireduce" else "",
         "steps": r0["steps"], "train_s": round(r0["train_s"], 3),
         "target": args.target,
         "time_to_target_s": round(reached, 3) if reached is not None else "",
@@ -299,7 +301,7 @@ SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "tar
                   "time_to_target_s", "step_to_target", "final_accuracy", "final_accuracy_min",
                   "final_accuracy_max", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
                   "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction",
-                  "repair_budget"]
+                  "repair_budget", "resync_every"]
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
                     "repaired_ops", "damaged_ops"]
@@ -344,6 +346,9 @@ def add_common(ap):
                     help="optireduce config: OPTIREDUCE_REPAIR_BUDGET (fraction of the bound "
                          "for repairs and for waiting on a rank that has not started; "
                          "default: the library's, 1)")
+    ap.add_argument("--resync-every", type=int, default=0, metavar="N",
+                    help="optireduce config: optireduce.sync_parameters(model) every N steps "
+                         "(replicas drift after damaged operations; default 0 = never)")
     ap.add_argument("--timeout", type=float, default=None,
                     help="seconds per job before it is killed (default 300; quick 60)")
     ap.add_argument("--torch-lib", default=None, help="liboptireduce_torch.so "
@@ -378,6 +383,9 @@ def finish_common(ap, args):
                  % args.repair_budget)
     if args.timeout <= 0:
         ap.error("--timeout must be positive, got %g" % args.timeout)
+    if args.resync_every < 0:
+        ap.error("--resync-every must be 0 (never) or a number of steps, got %d"
+                 % args.resync_every)
     steps_per_epoch = (1437 // args.ranks) // args.batch
     if steps_per_epoch < 1:
         ap.error("--batch %d leaves no step per epoch with %d ranks" % (args.batch, args.ranks))

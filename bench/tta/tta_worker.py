@@ -84,6 +84,8 @@ for epoch in range(settings["epochs"]):
         loss.backward()  # DDP's bucket allreduces run here; it returns when all are done
         t2 = time.perf_counter()
         opt.step()
+        if settings.get("resync_every") and step % settings["resync_every"] == 0:
+            optireduce.sync_parameters(model)  # noqa: F821  (only set for optireduce)
         t3 = time.perf_counter()
         train_s += t3 - t0
         step += 1

@@ -23,6 +23,7 @@ def tta(*args, timeout=100):
     (["--env", "e:weird:3"], ["--env", "weird:3"]),
     (["--env", "e:exp:-5"], ["--env", "out of range"]),
     (["--env", "e:spike:2:50"], ["--env", "out of range"]),
+    (["--resync-every", "-1"], ["--resync-every"]),
     (["--env", "e:exp:5@1.5"], ["--env", "1.5"]),
     (["--ranks", "99"], ["--ranks", "99"]),
     (["--target", "0"], ["--target"]),

@@ -144,10 +144,26 @@ elif rank % 2 == 1:
 dist.barrier()
 
 result = {"rank": rank, "ran": ran}
+ran["sync_parameters"] = 0
 try:
     import optireduce
 
     result["stats"] = optireduce.stats()
+    # sync_parameters: every rank ends with rank world-1's parameters and buffers, each dtype.
+    m = torch.nn.Linear(5, 3)
+    with torch.no_grad():
+        m.weight.fill_(rank + 1.0)
+        m.bias.fill_(-float(rank))
+    m.register_parameter("half_steps", torch.nn.Parameter(torch.full((4,), rank * 0.5,
+                                                                     dtype=torch.float64)))
+    m.register_buffer("steps", torch.full((2,), rank, dtype=torch.int64))
+    optireduce.sync_parameters(m, src=world - 1)
+    check("sync_parameters weight", m.weight.detach(), torch.full((3, 5), float(world)))
+    check("sync_parameters bias", m.bias.detach(), torch.full((3,), -float(world - 1)))
+    check("sync_parameters float64", m.half_steps.detach(),
+          torch.full((4,), (world - 1) * 0.5, dtype=torch.float64))
+    check("sync_parameters buffer", m.steps, torch.full((2,), world - 1, dtype=torch.int64))
+    ran["sync_parameters"] = 1
 except ImportError as e:  # running without optireduce (stock baseline)
     result["stats"] = None
     result["import_error"] = str(e)

@@ -34,6 +34,7 @@ def expect_counters(results, algo, transport):
             assert other == 0, c
             assert c["forwarded_unsupported_op"] == ran["allreduce_unsupported_op"], c
             assert c["forwarded_unsupported_type"] == ran["allreduce_unsupported_type"], c
+        assert ran["sync_parameters"] == 1, ran  # optireduce.sync_parameters checked
         t = stats["transport"]
         if transport in ("UDP", "DPDK"):
             # The traffic went over optireduce's device, not Gloo's TCP.

@@ -28,6 +28,7 @@ __all__ = [
     "library_path",
     "reset_stats",
     "stats",
+    "sync_parameters",
 ]
 
 
@@ -47,6 +48,32 @@ def stats():
     from ._library import json_call
 
     return json_call(library().optireduce_stats_json)
+
+
+def sync_parameters(module, src=0, group=None):
+    """Makes the parameters and buffers of `module` on every rank equal to rank `src`'s.
+
+    OptiReduce mode is not exact when an operation is damaged (stats()["optireduce"]): each
+    rank fills what it did not receive from its own contribution, so replicas of a DDP model
+    drift apart, and DDP synchronises parameters only once, at construction. Calling this
+    every few steps (all ranks, the same steps) keeps them one model. It is one
+    torch.distributed.broadcast per dtype of flattened tensors — Gloo's broadcast over the
+    reliable service, exact. The optimizer's own state (e.g. momentum) is not touched.
+    """
+    import torch
+    import torch.distributed as dist
+
+    groups = {}
+    for t in list(module.parameters()) + list(module.buffers()):
+        groups.setdefault((t.dtype, t.device), []).append(t)
+    with torch.no_grad():
+        for tensors in groups.values():
+            flat = torch.cat([t.detach().reshape(-1) for t in tensors])
+            dist.broadcast(flat, src, group=group)
+            at = 0
+            for t in tensors:
+                t.copy_(flat[at:at + t.numel()].view_as(t))
+                at += t.numel()
 
 
 def reset_stats():
