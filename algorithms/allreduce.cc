@@ -160,9 +160,14 @@ void Validate(const Impl& g) {
   }
 }
 
-void HadamardTransform(const Job& job, char* data, uint64_t seed, bool forward) {
+hadamard::Options HadamardOptions(const Job& job) {
   hadamard::Options options;
   if (job.hadamard_log2_block > 0) options.log2_block = job.hadamard_log2_block;
+  return options;
+}
+
+void HadamardTransform(const Job& job, char* data, uint64_t seed, bool forward) {
+  const hadamard::Options options = HadamardOptions(job);
   const size_t n = job.gloo.elements;
   if (job.type == DataType::kFloat32) {
     auto* p = reinterpret_cast<float*>(data);
@@ -389,8 +394,11 @@ void Run(const Job& job) {
       args.bound = bound;
       args.max_loss = job.max_loss;
       args.compensation = job.compensation;
+      // The inverse transform runs inside, fused with the placement of the result.
+      args.inverse_hadamard = job.hadamard;
+      args.hadamard_seed = seed;
+      args.hadamard = HadamardOptions(job);
       BoundedTranspose(args, &stats);
-      if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
     } else {
       const Deadline deadline(g.timeout);
       const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);

@@ -141,6 +141,56 @@ void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive
   }
 }
 
+// PlaceReducedShards fused with the inverse Hadamard transform of the whole buffer: the
+// placement is cut at the transform's blocks and each block is transformed right after its
+// elements are written, while it is still in cache.
+template <typename T>
+void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan& plan,
+                                  const BoundedReceive& rx,
+                                  const std::vector<BoundedRegion>& regions, uint64_t seed,
+                                  const hadamard::Options& options) {
+  const T n = static_cast<T>(plan.ranks());
+  // What to write where, in global elements: a copy of arrived data (src) or, for a range
+  // that never arrived, the rank's own value scaled by n (src null). Mine is not listed.
+  struct Part {
+    size_t begin, end;
+    const T* src;
+  };
+  std::vector<Part> parts;
+  for (size_t i = 0; i < regions.size(); i++) {
+    const int owner = regions[i].peer;
+    const size_t base = plan.ShardBegin(owner);
+    const size_t count = plan.ShardCount(owner);
+    const T* arrived = static_cast<const T*>(regions[i].dst);
+    size_t next = 0;
+    for (const ByteRange& r : rx.Arrived(i)) {
+      const auto [begin, end] = WholeElements<T>(r, count);
+      if (begin > next) parts.push_back({base + next, base + begin, nullptr});
+      if (end > begin) parts.push_back({base + begin, base + end, arrived + begin});
+      next = std::max(next, end);
+    }
+    if (next < count) parts.push_back({base + next, base + count, nullptr});
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Part& x, const Part& y) { return x.begin < y.begin; });
+  size_t first = 0;  // first part that may overlap the current block
+  for (const hadamard::Block& block : hadamard::Blocks(elements, options)) {
+    const size_t b0 = block.offset;
+    const size_t b1 = b0 + (size_t{1} << block.log2_size);
+    while (first < parts.size() && parts[first].end <= b0) first++;
+    for (size_t q = first; q < parts.size() && parts[q].begin < b1; q++) {
+      const size_t x0 = std::max(parts[q].begin, b0);
+      const size_t x1 = std::min(parts[q].end, b1);
+      if (parts[q].src != nullptr) {
+        std::memcpy(data + x0, parts[q].src + (x0 - parts[q].begin), (x1 - x0) * sizeof(T));
+      } else {
+        for (size_t e = x0; e < x1; e++) data[e] *= n;
+      }
+    }
+    hadamard::InverseBlock(data, block, seed, options);
+  }
+}
+
 // Scratch of one thread's operations: the peers' phase-1 contributions to this rank's
 // shard and the other owners' phase-2 shards. Kept per thread and grown, never shrunk: fresh
 // memory page-faults, which on a VM costs more than a phase's deadline for tens of MiB
@@ -240,9 +290,18 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // caller transforms the buffer back.
   a.channel->FinishSends(op1, Clock::now() + half);
   a.channel->Release(op1);
-  PlaceReducedShards(data, plan, *rx2, regions2);
-  rx2.reset();
-  a.channel->Detach(op2);
+  if (a.inverse_hadamard) {
+    // Mine is transformed back below: the copy that serves late phase-2 repairs (which
+    // ask for the transformed values) is taken first.
+    a.channel->Detach(op2);
+    PlaceReducedShardsAndInverse(data, a.elements, plan, *rx2, regions2, a.hadamard_seed,
+                                 a.hadamard);
+    rx2.reset();
+  } else {
+    PlaceReducedShards(data, plan, *rx2, regions2);
+    rx2.reset();
+    a.channel->Detach(op2);
+  }
 }
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "algorithms/bounded_channel.h"
+#include "algorithms/hadamard.h"
 #include "algorithms/op_stats.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/timeout_policy.h"
@@ -38,6 +39,13 @@ struct BoundedTransposeArgs {
   TimeBound bound;
   double max_loss = 0.05;
   Compensation compensation = Compensation::kDebias;
+  // Transform the result back (inverse Hadamard with this seed and layout) while placing
+  // the other owners' shards, block by block: each block is written and transformed while
+  // it is in cache — one pass over the buffer instead of a placement pass and a transform
+  // pass.
+  bool inverse_hadamard = false;
+  uint64_t hadamard_seed = 0;
+  hadamard::Options hadamard;
 };
 
 // Runs both phases on `args.data` in place and fills the phase fields of `stats`.

@@ -47,34 +47,56 @@ BlockFn<T> SelectKernel(Kernel requested) {
   return &internal::TransformBlockScalar;
 }
 
-template <typename T>
-void Transform(T* data, size_t n, uint64_t seed, const Options& options, Direction dir) {
-  const int log2_block = options.log2_block;
+void CheckLog2Block(int log2_block) {
   if (log2_block < kMinLog2Block || log2_block > kMaxLog2Block) {
     throw std::invalid_argument("hadamard: log2_block " + std::to_string(log2_block) +
                                 " is outside [" + std::to_string(kMinLog2Block) + ", " +
                                 std::to_string(kMaxLog2Block) + "]");
   }
-  if (n == 0) return;
-  if (data == nullptr) {
-    throw std::invalid_argument("hadamard: data is nullptr but n is " + std::to_string(n));
-  }
-  const BlockFn<T> block_fn = SelectKernel<T>(options.kernel);
+}
+
+// Calls fn(offset, log2_size) for every block of the layout, in order.
+template <typename Fn>
+void ForEachBlock(size_t n, int log2_block, Fn fn) {
   const size_t block = size_t{1} << log2_block;
   size_t offset = 0;
-  for (; n - offset >= block; offset += block) {
-    block_fn(data + offset, log2_block, seed, offset, dir);
-  }
+  for (; n - offset >= block; offset += block) fn(offset, log2_block);
   // Tail: descending powers of two, so each piece starts at a multiple of its own size
   // (the kernels rely on that for their sign-bit lookup).
   const size_t tail = n - offset;
   for (int b = log2_block - 1; b >= 0; --b) {
     const size_t piece = size_t{1} << b;
     if (tail & piece) {
-      block_fn(data + offset, b, seed, offset, dir);
+      fn(offset, b);
       offset += piece;
     }
   }
+}
+
+template <typename T>
+void Transform(T* data, size_t n, uint64_t seed, const Options& options, Direction dir) {
+  CheckLog2Block(options.log2_block);
+  if (n == 0) return;
+  if (data == nullptr) {
+    throw std::invalid_argument("hadamard: data is nullptr but n is " + std::to_string(n));
+  }
+  const BlockFn<T> block_fn = SelectKernel<T>(options.kernel);
+  ForEachBlock(n, options.log2_block, [&](size_t offset, int log2_size) {
+    block_fn(data + offset, log2_size, seed, offset, dir);
+  });
+}
+
+template <typename T>
+void TransformBlock(T* data, const Block& block, uint64_t seed, const Options& options,
+                    Direction dir) {
+  if (block.log2_size < 0 || block.log2_size > kMaxLog2Block ||
+      block.offset % (size_t{1} << block.log2_size) != 0) {
+    throw std::invalid_argument("hadamard: block at " + std::to_string(block.offset) +
+                                " of 2^" + std::to_string(block.log2_size) +
+                                " is not a block of the layout (Blocks)");
+  }
+  if (data == nullptr) throw std::invalid_argument("hadamard: data is nullptr");
+  SelectKernel<T>(options.kernel)(data + block.offset, block.log2_size, seed, block.offset, dir);
 }
 
 }  // namespace
@@ -108,6 +130,22 @@ uint64_t OperationSeed(uint64_t base_seed, uint64_t operation) {
   // different seeds (and vice versa); the constants keep (b, op) and (op, b) apart.
   return internal::Mix64(internal::Mix64(base_seed ^ 0x2545F4914F6CDD1DULL) +
                          internal::Mix64(operation + 0x9E3779B97F4A7C15ULL));
+}
+
+std::vector<Block> Blocks(size_t n, const Options& options) {
+  CheckLog2Block(options.log2_block);
+  std::vector<Block> blocks;
+  ForEachBlock(n, options.log2_block,
+               [&](size_t offset, int log2_size) { blocks.push_back({offset, log2_size}); });
+  return blocks;
+}
+
+void InverseBlock(float* data, const Block& block, uint64_t seed, const Options& options) {
+  TransformBlock(data, block, seed, options, Direction::kInverse);
+}
+
+void InverseBlock(double* data, const Block& block, uint64_t seed, const Options& options) {
+  TransformBlock(data, block, seed, options, Direction::kInverse);
 }
 
 void Forward(float* data, size_t n, uint64_t seed, const Options& options) {

@@ -20,6 +20,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 namespace optireduce {
 namespace hadamard {
@@ -54,6 +55,20 @@ void Forward(float* data, size_t n, uint64_t seed, const Options& options = Opti
 void Inverse(float* data, size_t n, uint64_t seed, const Options& options = Options());
 void Forward(double* data, size_t n, uint64_t seed, const Options& options = Options());
 void Inverse(double* data, size_t n, uint64_t seed, const Options& options = Options());
+
+// The blocks Forward/Inverse cut n elements into, in order. Transforming each of them with
+// InverseBlock is exactly Inverse: a caller may interleave other work on a block (e.g.
+// write its elements just before) while the block is in cache.
+struct Block {
+  size_t offset;
+  int log2_size;
+};
+std::vector<Block> Blocks(size_t n, const Options& options = Options());
+// `data` is the whole buffer (the block's signs depend on its offset in it).
+void InverseBlock(float* data, const Block& block, uint64_t seed,
+                  const Options& options = Options());
+void InverseBlock(double* data, const Block& block, uint64_t seed,
+                  const Options& options = Options());
 
 }  // namespace hadamard
 }  // namespace optireduce

@@ -106,6 +106,35 @@ TEST(HadamardTest, RoundTripTenMillionFloats) {
   }
 }
 
+// Block by block (in any order) is exactly Inverse, bit for bit, for every layout.
+TEST(HadamardTest, InverseBlockByBlockIsInverse) {
+  for (Kernel kernel : SupportedKernels()) {
+    for (size_t n : kLengths) {
+      for (int log2_block : {3, 8, 12}) {
+        const Options o = MakeOptions(log2_block, kernel);
+        auto whole = RandomVector<float>(n, n + 7);
+        auto blocks = whole;
+        Inverse(whole.data(), n, 42, o);
+        std::vector<Block> layout = Blocks(n, o);
+        size_t covered = 0;
+        for (const Block& b : layout) covered += size_t{1} << b.log2_size;
+        ASSERT_EQ(covered, n);
+        for (size_t i = layout.size(); i-- > 0;) InverseBlock(blocks.data(), layout[i], 42, o);
+        ASSERT_EQ(std::memcmp(whole.data(), blocks.data(), n * sizeof(float)), 0)
+            << KernelName(kernel) << " n=" << n << " log2_block=" << log2_block;
+        auto whole_d = RandomVector<double>(n, n + 9);
+        auto blocks_d = whole_d;
+        Inverse(whole_d.data(), n, 7, o);
+        for (const Block& b : layout) InverseBlock(blocks_d.data(), b, 7, o);
+        ASSERT_EQ(std::memcmp(whole_d.data(), blocks_d.data(), n * sizeof(double)), 0);
+      }
+    }
+  }
+  std::vector<float> v(64);
+  EXPECT_THROW(InverseBlock(v.data(), Block{3, 2}, 1), std::invalid_argument);  // misaligned
+  EXPECT_THROW(Blocks(64, MakeOptions(0, Kernel::kScalar)), std::invalid_argument);
+}
+
 TEST(HadamardTest, RoundTripDouble) {
   for (Kernel kernel : SupportedKernels()) {
     for (int lb : kLog2Blocks) {
