@@ -12,9 +12,12 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <optional>
 #include <stdexcept>
 #include <thread>
 #include <vector>
+
+#include "gloo_ext/config.h"
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -81,15 +84,17 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
                     : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
     attr.engine.busy_poll = spec.busy_poll;
     // The library's switch, honoured here too so that A/B runs need no rebuild.
-    if (const char* v = std::getenv("OPTIREDUCE_UDP_OFFLOAD"); v != nullptr && *v != '\0') {
-      const std::string s(v);
-      if (s == "0" || s == "off" || s == "false" || s == "no") {
-        attr.segmentation_offload = false;
-      } else if (!(s == "1" || s == "on" || s == "true" || s == "yes")) {
-        throw std::invalid_argument("OPTIREDUCE_UDP_OFFLOAD='" + s +
-                                    "' is not one of 0, 1, on, off, true, false");
-      }
-    }
+    // Parsed by the library's own config reader (only this variable), so the accepted
+    // spellings and the error message are the library's.
+    const absl::StatusOr<optireduce::gloo_ext::Config> config =
+        optireduce::gloo_ext::ParseConfig([](absl::string_view name) -> std::optional<std::string> {
+          if (name != "OPTIREDUCE_UDP_OFFLOAD") return std::nullopt;
+          const char* v = std::getenv("OPTIREDUCE_UDP_OFFLOAD");
+          if (v == nullptr) return std::nullopt;
+          return std::string(v);
+        });
+    if (!config.ok()) throw std::invalid_argument(std::string(config.status().message()));
+    attr.segmentation_offload = config->udp_offload;
     return optireduce::transport::udp::CreateDevice(attr);
   }
 #endif

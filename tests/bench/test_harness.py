@@ -95,6 +95,24 @@ def test_smoke_udp_transport(bench_bin, algo):
     assert "udp" in p.stdout and len(parse_rows(p.stdout)) == 1
 
 
+@pytest.mark.parametrize("value,ok", [("off", True), ("YES", True), ("maybe", False)])
+def test_udp_offload_switch_is_read_by_the_library_parser(bench_bin, value, ok):
+    # The bench honours the library's OPTIREDUCE_UDP_OFFLOAD with the library's spellings
+    # and error message (gloo_ext/config.cc), not a second parser of its own.
+    env = dict(os.environ, OPTIREDUCE_UDP_OFFLOAD=value)
+    p = subprocess.run([bench_bin, "--local-ranks", "2", "--transport", "udp", "--elements",
+                        "1000", "--iteration-count", "2", "transpose"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=60, env=env)
+    if p.returncode == 2 and "in this build" in p.stderr:
+        pytest.skip("the udp transport is not in this build")
+    if ok:
+        assert p.returncode == 0, p.stdout + p.stderr
+        assert len(parse_rows(p.stdout)) == 1
+    else:
+        assert p.returncode != 0
+        assert "OPTIREDUCE_UDP_OFFLOAD='maybe' is not valid" in p.stderr, p.stderr
+        assert "0, 1, on, off, true, false" in p.stderr, p.stderr
+
 def test_inputs_threads_and_odd_sizes(bench_bin):
     # Several inputs and threads (one context each), an element count that does not divide
     # evenly among 3 ranks, stragglers.
