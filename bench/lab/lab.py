@@ -88,15 +88,16 @@ def start_background(lab, args):
     return procs
 
 
-def run_ranks(lab, cmds, timeout):
-    """Runs one command per rank; returns (rc, rank 0 stdout, {rank: stderr}). A rank that
-    fails ends the others; the whole job is killed after `timeout` seconds."""
+def run_ranks(lab, cmds, timeout, env=None):
+    """Runs one command per rank (environment `env`, default ours); returns (rc, rank 0
+    stdout, {rank: stderr}). A rank that fails ends the others; the whole job is killed after
+    `timeout` seconds (rc 124)."""
     outs, procs = [], []
     for r, cmd in enumerate(cmds):
         out = open(os.path.join(lab.tmp, "rank%d.out" % r), "w+")
         err = open(os.path.join(lab.tmp, "rank%d.err" % r), "w+")
         outs.append((out, err))
-        procs.append(lab.spawn(r, cmd, stdout=out, stderr=err))
+        procs.append(lab.spawn(r, cmd, stdout=out, stderr=err, env=env))
     deadline = time.time() + timeout
     rc = 0
     try:

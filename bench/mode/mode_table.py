@@ -31,12 +31,12 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "bench", "lab"))
 import cloudlab  # noqa: E402
+import lab as lab_launcher  # noqa: E402  (bench/lab/lab.py: run_ranks)
 
 RANKS = 4
 LOSS = 0.01
@@ -69,34 +69,14 @@ def run_lab(bench, flags, env_extra, timeout, loss):
                 lab.set_drop(r, loss, "in")
         shared = os.path.join(lab.tmp, "rdv")
         os.makedirs(shared)
-        env = dict(os.environ, **env_extra)
-        procs, errs = [], []
-        for r in range(RANKS):
-            err = open(os.path.join(lab.tmp, "rank%d.err" % r), "w+")
-            errs.append(err)
-            cmd = [bench, "--size", str(RANKS), "--rank", str(r), "--shared-path", shared,
-                   "--prefix", "mode", "--tcp-device", "eth0"] + flags
-            procs.append(lab.spawn(r, cmd, stdout=subprocess.DEVNULL, stderr=err, env=env))
-        deadline = time.time() + timeout
-        failed = None
-        while any(p.poll() is None for p in procs):
-            bad = [r for r, p in enumerate(procs) if p.poll() not in (None, 0)]
-            if bad or time.time() > deadline:
-                failed = bad[0] if bad else -1
-                break
-            time.sleep(0.05)
-        if failed is None:
-            bad = [r for r, p in enumerate(procs) if p.returncode != 0]
-            failed = bad[0] if bad else None
-        lab.kill(procs)
-        if failed is not None:
-            why = "timed out after %d s" % timeout if failed < 0 else \
-                "rank %d exited %s" % (failed, procs[failed].returncode)
-            errs[max(failed, 0)].seek(0)
-            raise RuntimeError("%s in the lab %s:\n%s" % (" ".join(flags), why,
-                                                            errs[max(failed, 0)].read()[-2000:]))
-        for e in errs:
-            e.close()
+        cmds = [[bench, "--size", str(RANKS), "--rank", str(r), "--shared-path", shared,
+                 "--prefix", "mode", "--tcp-device", "eth0"] + flags for r in range(RANKS)]
+        rc, _, errs = lab_launcher.run_ranks(lab, cmds, timeout, env=dict(os.environ, **env_extra))
+        if rc != 0:
+            why = "timed out after %d s" % timeout if rc == 124 else "exited %d" % rc
+            tails = "\n".join("--- rank %d ---\n%s" % (r, e.strip()[-2000:])
+                              for r, e in sorted(errs.items()))
+            raise RuntimeError("%s in the lab %s:\n%s" % (" ".join(flags), why, tails))
 
 
 def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
