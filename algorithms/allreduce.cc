@@ -383,6 +383,7 @@ void Run(const Job& job) {
       stats.op = BoundedOpId(g.tag, counter, 1);
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
+      stats.start_grace_ms = bound.start_grace.count() / 1000.0;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
       BoundedTransposeArgs args;
       args.context = &ctx;
@@ -419,6 +420,11 @@ void Run(const Job& job) {
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
+      if (stats.mode == "bounded" && stats.start_lag_ms >= 0) {
+        job.policy->RecordStartLag(
+            bytes, std::chrono::microseconds(static_cast<int64_t>(stats.start_lag_ms * 1000)),
+            stats.start_lag_gave_up);
+      }
       if (stats.mode == "bounded" && CutByDeadline(stats)) {
         job.policy->RecordCut(bytes, std::chrono::microseconds(
                                          static_cast<int64_t>(stats.bound_ms * 1000)));

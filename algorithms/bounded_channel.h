@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace gloo {
@@ -74,6 +75,13 @@ class BoundedReceive {
   // True when the sender of region `index` marked its bytes as an estimate (its own inputs
   // were incomplete: see BoundedChannel::Send), in any packet that arrived.
   virtual bool Estimated(size_t index) const = 0;
+  // When the first payload of region `index` arrived (payloads staged before the post
+  // count as arriving at the post); nullopt while nothing has. How late peers start is
+  // learned from it (TimeoutPolicy::RecordStartLag).
+  virtual std::optional<BoundedClock::time_point> FirstArrival(size_t index) const {
+    (void)index;
+    return std::nullopt;
+  }
 };
 
 class BoundedChannel {

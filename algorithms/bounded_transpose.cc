@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -43,10 +44,11 @@ uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
 
 // Waits for a phase, repairs it if the loss is above the limit, and records the outcome.
 // Repairs of both phases share one budget: the operation ends by `repair_end` at the latest.
-// `not_started_grace`: how long a peer that answers a repair with "not started" gets to start.
+// `start_by`: until when a peer that answers a repair with "not started" is waited for to
+// start; nullopt: only for the quiet period.
 void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                  Clock::time_point deadline, Clock::time_point repair_end,
-                 microseconds not_started_grace, const BoundedTransposeArgs& a,
+                 std::optional<Clock::time_point> start_by, const BoundedTransposeArgs& a,
                  PhaseStats* p) {
   const auto start = Clock::now();
   p->bytes_expected = 0;
@@ -55,7 +57,12 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   p->bytes_received = ArrivedBytes(rx, regions.size());
   if (LossFraction(*p) > a.max_loss && a.bound.repair_budget.count() > 0) {
     p->repaired = true;
-    rx.Repair(std::min(Clock::now() + a.bound.repair_budget, repair_end), not_started_grace);
+    const auto now = Clock::now();
+    const microseconds grace =
+        start_by ? std::max(a.bound.quiet,
+                            std::chrono::duration_cast<microseconds>(*start_by - now))
+                 : a.bound.quiet;
+    rx.Repair(std::min(now + a.bound.repair_budget, repair_end), grace);
     p->bytes_received = ArrivedBytes(rx, regions.size());
   }
   for (size_t i = 0; i < regions.size(); i++) {
@@ -263,13 +270,27 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
                     plan.ShardCount(owner) * sizeof(T), /*estimated=*/false);
   }
   // A peer that has not started this allreduce when phase 1 asks it for a repair may just
-  // have been descheduled (ranks call an allreduce some time apart): it keeps the whole
-  // repair budget to start — giving it up after a quarter of the bound cut the tail under
-  // stragglers but cost DDP accuracy on a loaded host (tests/python, digits: -2.6 points).
+  // have been descheduled (ranks call an allreduce some time apart): it is waited for until
+  // the start grace, learned from how late peers usually start (TimeoutPolicy) — a fixed
+  // quarter of the bound cut the tail under stragglers but cost DDP accuracy on a loaded
+  // host (tests/python, digits: -2.6 points); without history, the whole repair budget.
   // An owner that has not started by the time phase 2 asks for its shard is a straggler
   // for certain: it gets only the quiet period.
-  FinishPhase(*rx1, regions1, start + half, repair_end, a.bound.repair_budget, a,
+  FinishPhase(*rx1, regions1, start + half, repair_end, start + a.bound.start_grace, a,
               &stats->phase[0]);
+  // How late the latest peer started (its first packet here), for the start grace.
+  if (!regions1.empty()) {
+    Clock::time_point latest = start;
+    bool gave_up = false;
+    for (size_t i = 0; i < regions1.size(); i++) {
+      const std::optional<Clock::time_point> first = rx1->FirstArrival(i);
+      if (!first) gave_up = true;
+      else latest = std::max(latest, *first);
+    }
+    stats->start_lag_gave_up = gave_up;
+    stats->start_lag_ms = gave_up ? MsSince(start)
+                                  : std::chrono::duration<double, std::milli>(latest - start).count();
+  }
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 
@@ -282,7 +303,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
       a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T), estimated);
     }
   }
-  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, a.bound.quiet, a,
+  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, std::nullopt, a,
               &stats->phase[1]);
   // Phase-1 sources are released before they are overwritten (what is still queued for
   // them is dropped; an owner still repairing gets no answer and compensates); the

@@ -23,6 +23,8 @@ std::string OpStats::ToJson() const {
   return absl::StrCat("{\"op\":", op, ",\"tag\":", tag, ",\"bytes\":", bytes, ",\"rank\":", rank,
                       ",\"size\":", size, ",\"mode\":\"", mode, "\",\"bound_ms\":", bound_ms,
                       ",\"bound_capped\":", bound_capped ? "true" : "false",
+                      ",\"start_grace_ms\":", start_grace_ms, ",\"start_lag_ms\":", start_lag_ms,
+                      ",\"start_lag_gave_up\":", start_lag_gave_up ? "true" : "false",
                       ",\"phase1\":", PhaseJson(phase[0]), ",\"phase2\":", PhaseJson(phase[1]),
                       ",\"loss_pct\":", loss_pct, ",\"damaged\":", damaged ? "true" : "false",
                       ",\"duration_ms\":", duration_ms, "}");
@@ -35,6 +37,7 @@ std::string CumulativeStats::ToJson() const {
       ",\"early_timeout_phases\":", early_timeout_phases, ",\"deadline_phases\":",
       deadline_phases, ",\"peer_timeout_phases\":", peer_timeout_phases,
       ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
+      ",\"stragglers_given_up\":", stragglers_given_up,
       ",\"bytes_expected\":", bytes_expected, ",\"bytes_received\":", bytes_received, "}");
 }
 
@@ -67,6 +70,7 @@ void StatsRegistry::Record(const OpStats& s) {
       total_.bytes_received += p.bytes_received;
     }
     if (s.phase[0].repaired || s.phase[1].repaired) total_.repaired_ops++;
+    if (s.start_lag_gave_up) total_.stragglers_given_up++;
   }
   if (s.damaged) total_.damaged_ops++;
   if (!path_.empty()) {

@@ -35,6 +35,12 @@ struct OpStats {
   double bound_ms = 0;
   bool bound_capped = false;
   PhaseStats phase[2];
+  // How late (from this rank's start) the latest peer's first phase-1 packet came, or when
+  // a peer that had not started was given up (`start_lag_gave_up`); -1: not measured. The
+  // start grace in effect: how long a peer that had not started was waited for.
+  double start_lag_ms = -1;
+  bool start_lag_gave_up = false;
+  double start_grace_ms = 0;
   double loss_pct = 0;    // bytes missing after repair / bytes expected, both phases
   // The result is not exact beyond the limit: this rank's loss after repair, or the loss of
   // the phase-1 inputs of any shard (its owner marks it, every rank learns it in phase 2).
@@ -55,6 +61,7 @@ struct CumulativeStats {
   uint64_t peer_timeout_phases = 0;
   uint64_t repaired_ops = 0;
   uint64_t damaged_ops = 0;
+  uint64_t stragglers_given_up = 0;  // ops that stopped waiting for a peer to start
   uint64_t bytes_expected = 0;
   uint64_t bytes_received = 0;
   std::string ToJson() const;

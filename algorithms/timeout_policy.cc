@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <vector>
 
 namespace optireduce {
@@ -28,6 +29,29 @@ void TimeoutPolicy::Add(size_t bytes, int64_t us, bool cut) {
   while (h.samples.size() > options_.history) h.samples.pop_front();
 }
 
+void TimeoutPolicy::RecordStartLag(size_t bytes, std::chrono::microseconds lag, bool gave_up) {
+  std::lock_guard<std::mutex> lock(mu_);
+  History& h = by_size_[bytes];
+  h.start_lags.push_back({std::max<int64_t>(0, lag.count()), gave_up});
+  while (h.start_lags.size() > options_.history) h.start_lags.pop_front();
+}
+
+namespace {
+
+// The `percentile` of `v` (non-empty); among equal times an uncensored sample sorts first:
+// it is the better evidence.
+template <typename Sample>
+Sample Percentile(std::vector<Sample> v, double percentile) {
+  const size_t idx =
+      std::min(v.size() - 1, static_cast<size_t>(std::ceil(percentile * v.size())) - 1);
+  std::nth_element(v.begin(), v.begin() + idx, v.end(), [](const Sample& a, const Sample& b) {
+    return a.us != b.us ? a.us < b.us : (!a.cut && b.cut);
+  });
+  return v[idx];
+}
+
+}  // namespace
+
 TimeoutOptions TimeoutPolicy::options() const {
   std::lock_guard<std::mutex> lock(mu_);
   return options_;
@@ -42,22 +66,24 @@ void TimeoutPolicy::Configure(const TimeoutOptions& options) {
 TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
   int64_t p = 0;
   bool p_cut = false;
+  std::optional<History::Sample> lag;
   TimeoutOptions options;
   {
     std::lock_guard<std::mutex> lock(mu_);
     options = options_;
     auto it = by_size_.find(bytes);
     if (it != by_size_.end() && !it->second.samples.empty()) {
-      std::vector<History::Sample> v(it->second.samples.begin(), it->second.samples.end());
-      const size_t idx = std::min(
-          v.size() - 1, static_cast<size_t>(std::ceil(options.percentile * v.size())) - 1);
-      // Among equal times an uncensored sample sorts first: it is the better evidence.
-      std::nth_element(v.begin(), v.begin() + idx, v.end(),
-                       [](const History::Sample& a, const History::Sample& b) {
-                         return a.us != b.us ? a.us < b.us : (!a.cut && b.cut);
-                       });
-      p = v[idx].us;
-      p_cut = v[idx].cut;
+      const History::Sample s = Percentile(
+          std::vector<History::Sample>(it->second.samples.begin(), it->second.samples.end()),
+          options.percentile);
+      p = s.us;
+      p_cut = s.cut;
+    }
+    if (it != by_size_.end() && !it->second.start_lags.empty() &&
+        it->second.start_lags.size() >= options.start_history_min) {
+      lag = Percentile(std::vector<History::Sample>(it->second.start_lags.begin(),
+                                                    it->second.start_lags.end()),
+                       options.percentile);
     }
   }
   TimeBound b;
@@ -72,6 +98,15 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
   b.peer_factor = options.peer_timeout_factor;
   b.repair_budget =
       std::chrono::microseconds(static_cast<int64_t>(bound * options.repair_budget_fraction));
+  const int64_t latest_start = bound / 2 + b.repair_budget.count();
+  b.start_grace = std::chrono::microseconds(latest_start);
+  if (lag) {
+    // A censored percentile is where earlier operations gave up: no margin on top, or
+    // every straggler given up would stretch the next grace.
+    const int64_t grace = lag->cut ? lag->us : static_cast<int64_t>(lag->us * options.margin);
+    b.start_grace = std::chrono::microseconds(std::min(grace, latest_start));
+    b.start_grace_learned = true;
+  }
   return b;
 }
 

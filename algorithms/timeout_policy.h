@@ -11,6 +11,14 @@
 // phase of TAR gets half of the bound; the early timeout fires once every peer's last
 // packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound
 // (at most `max_quiet`).
+//
+// The start grace: how long after an operation's start a peer that has not started it
+// yet is still waited for. Ranks call an allreduce some time apart (a rank descheduled on
+// a loaded host, a slower data loader): that is normal and waited out. A straggler is a
+// peer later than that. Each bounded operation records how late its latest peer started
+// (its first packet); the grace is the same percentile x margin of that history as the
+// bound (censored samples: the operation gave the peer up at that time). Until
+// `start_history_min` samples exist, a late peer keeps the whole repair budget.
 #pragma once
 
 #include <chrono>
@@ -38,12 +46,18 @@ struct TimeoutOptions {
   double peer_timeout_factor = 2.0;
   // Extra time (as a fraction of the bound) to repair an operation above the loss limit.
   double repair_budget_fraction = 1.0;
+  // Start lags recorded before the start grace is learned from them (see above).
+  size_t start_history_min = 16;
 };
 
 struct TimeBound {
   std::chrono::microseconds bound;  // whole operation (both phases)
   std::chrono::microseconds quiet;  // early-timeout quiet period
   std::chrono::microseconds repair_budget;
+  // From the operation's start: until then a peer that has not started is waited for (at
+  // most half the bound + the repair budget: the end of phase 1's repairs).
+  std::chrono::microseconds start_grace{0};
+  bool start_grace_learned = false;  // false: not enough history, the conservative maximum
   double peer_factor = 0;  // adaptive peer timeout (BoundedReceive::Wait); 0: off
   bool capped = false;  // the hard cap decided the bound
 };
@@ -58,6 +72,9 @@ class TimeoutPolicy {
   // took at least the bound in effect; that bound is recorded (a censored sample).
   void Record(size_t bytes, std::chrono::microseconds duration);
   void RecordCut(size_t bytes, std::chrono::microseconds bound_in_effect);
+  // How long after the start of a bounded operation its latest peer's first packet came;
+  // `gave_up`: a peer had not started when the operation stopped waiting at `lag`.
+  void RecordStartLag(size_t bytes, std::chrono::microseconds lag, bool gave_up);
   TimeBound BoundFor(size_t bytes) const;
   TimeoutOptions options() const;
   // Replaces the options and forgets every history (start-up configuration).
@@ -71,6 +88,7 @@ class TimeoutPolicy {
       bool cut;  // censored: the operation needed at least this long
     };
     std::deque<Sample> samples;
+    std::deque<Sample> start_lags;  // `cut`: the peer was given up at that lag
   };
   void Add(size_t bytes, int64_t us, bool cut);
 

@@ -304,7 +304,7 @@ SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "tar
                   "repair_budget", "resync_every"]
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
-                    "repaired_ops", "damaged_ops"]
+                    "repaired_ops", "damaged_ops", "stragglers_given_up"]
 SUMMARY_FIELDS += BOUNDED_COUNTERS
 
 

@@ -65,5 +65,55 @@ TEST(TimeoutPolicy, HardCapAndQuietPeriod) {
   EXPECT_EQ(b.repair_budget, milliseconds(30));
 }
 
+TimeoutOptions StartOptions() {
+  TimeoutOptions o = Options();
+  o.start_history_min = 8;
+  return o;
+}
+
+TEST(TimeoutPolicyStartGrace, WholeRepairBudgetUntilEnoughHistory) {
+  TimeoutPolicy policy(StartOptions());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));  // bound 50 ms
+  for (int i = 0; i < 7; i++) policy.RecordStartLag(1024, milliseconds(2), false);
+  TimeBound b = policy.BoundFor(1024);
+  EXPECT_FALSE(b.start_grace_learned);
+  EXPECT_EQ(b.start_grace, milliseconds(25 + 50));  // phase 1's half + the repair budget
+  policy.RecordStartLag(1024, milliseconds(2), false);
+  b = policy.BoundFor(1024);
+  EXPECT_TRUE(b.start_grace_learned);
+  EXPECT_EQ(b.start_grace, microseconds(2500));  // P95 x margin
+  EXPECT_TRUE(policy.BoundFor(2048).start_grace_learned == false);  // per bucket size
+}
+
+TEST(TimeoutPolicyStartGrace, PercentileOfHowLatePeersStart) {
+  TimeoutPolicy policy(StartOptions());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));
+  // 19 of 20 operations: the latest peer starts within 1..19 ms; one straggler at 300 ms
+  // (beyond the 95th percentile) does not move the grace.
+  for (int i = 1; i < 20; i++) policy.RecordStartLag(1024, milliseconds(i), false);
+  policy.RecordStartLag(1024, milliseconds(300), false);
+  EXPECT_EQ(policy.BoundFor(1024).start_grace, microseconds(19 * 1250));
+  // Peers that usually start late are waited for: it moves with the history...
+  for (int i = 0; i < 20; i++) policy.RecordStartLag(1024, milliseconds(40), false);
+  EXPECT_EQ(policy.BoundFor(1024).start_grace, milliseconds(50));
+  // ...but never beyond the end of phase 1's repairs.
+  for (int i = 0; i < 20; i++) policy.RecordStartLag(1024, milliseconds(500), false);
+  EXPECT_EQ(policy.BoundFor(1024).start_grace, milliseconds(25 + 50));
+}
+
+TEST(TimeoutPolicyStartGrace, StragglersGivenUpDoNotStretchIt) {
+  TimeoutPolicy policy(StartOptions());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));
+  for (int i = 0; i < 20; i++) policy.RecordStartLag(1024, milliseconds(8), false);
+  const auto grace = policy.BoundFor(1024).start_grace;
+  EXPECT_EQ(grace, milliseconds(10));
+  // A persistent straggler, given up at the grace every time: recorded with the margin on
+  // top it would stretch the grace by 25% per operation until it is waited for again.
+  for (int i = 0; i < 40; i++) {
+    policy.RecordStartLag(1024, policy.BoundFor(1024).start_grace, /*gave_up=*/true);
+  }
+  EXPECT_EQ(policy.BoundFor(1024).start_grace, grace);
+}
+
 }  // namespace
 }  // namespace optireduce

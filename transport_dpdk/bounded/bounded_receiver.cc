@@ -165,6 +165,14 @@ class BoundedReceiver::Receive : public BoundedReceive {
     return index < posted_->regions.size() && posted_->regions[index].estimated;
   }
 
+  std::optional<Clock::time_point> FirstArrival(size_t index) const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    if (index >= posted_->regions.size()) return std::nullopt;
+    const Clock::time_point t = posted_->regions[index].first_arrival;
+    if (t == Clock::time_point{}) return std::nullopt;
+    return t;
+  }
+
  private:
   BoundedReceiver* owner_;
   const uint64_t op_;
