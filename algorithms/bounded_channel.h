@@ -81,7 +81,11 @@ class BoundedReceive {
   virtual std::optional<BoundedClock::time_point> FirstArrival(size_t index) const {
     (void)index;
     return std::nullopt;
-  }
+  }  // Stops waiting for `peer` (a straggler given up in phase 1 of the same operation: it
+  // cannot send its phase-2 data before it has done its own phase 1). Wait and Repair treat
+  // its region as settled — they end as soon as the others are complete — and ask it for
+  // nothing; what it still sends before they return is applied. Default: no-op (waited for).
+  virtual void GiveUp(int peer) { (void)peer; }
 };
 
 class BoundedChannel {

@@ -83,7 +83,7 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
         it->second.start_lags.size() >= options.start_history_min) {
       lag = Percentile(std::vector<History::Sample>(it->second.start_lags.begin(),
                                                     it->second.start_lags.end()),
-                       options.percentile);
+                       options.start_percentile);
     }
   }
   TimeBound b;

@@ -298,5 +298,61 @@ TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersNorCorruptNextOperation) {
   }, options);
 }
 
+TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
+  // Ranks that start together teach the policy that peers start within milliseconds; a
+  // straggler is then given up at that grace, not after the whole repair budget (3 bounds
+  // here), and the next operation is exact again.
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  const int ranks = 4;
+  const auto want = ExactSum(ranks, 20);
+  const auto want_next = ExactSum(ranks, 21);
+  testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.peer_timeout_factor = 0;
+    o.calibration_ops = 3;
+    o.min_bound = std::chrono::milliseconds(200);
+    o.max_quiet = std::chrono::milliseconds(20);
+    o.repair_budget_fraction = 3;
+    o.start_history_min = 6;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    gloo::BarrierOptions b(ctx);
+    b.setTag(5);
+    for (uint64_t step = 0; step < 3 + 6; step++) {
+      gloo::barrier(b);
+      Result r = Reduce(ctx, policy, step, 0.05);
+      if (step >= 3) {
+        ASSERT_EQ(r.stats.mode, "bounded");
+        ASSERT_GE(r.stats.start_lag_ms, 0) << r.stats.ToJson();
+      }
+    }
+    const TimeBound bound = policy->BoundFor(kCount * 4);
+    ASSERT_TRUE(bound.start_grace_learned);
+    const auto latest = bound.bound / 2 + bound.repair_budget;  // without history
+    ASSERT_LT(bound.start_grace, latest / 2) << "peers that start together, yet a grace of "
+                                             << bound.start_grace.count() << " us";
+    gloo::barrier(b);
+    const bool straggler = ctx->rank == 2;
+    if (straggler) std::this_thread::sleep_for(2 * (bound.bound + bound.repair_budget));
+    Result r = Reduce(ctx, policy, 20, 0.05);
+    for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+    if (!straggler) {
+      EXPECT_TRUE(r.stats.start_lag_gave_up) << r.stats.ToJson();
+      EXPECT_DOUBLE_EQ(r.stats.start_grace_ms, bound.start_grace.count() / 1000.0);
+      EXPECT_TRUE(r.stats.damaged) << r.stats.ToJson();
+      EXPECT_LT(RelL2(r.data, want), 0.3);
+      // Phase 1's deadline, the grace, phase 2 (its deadline): half of the slack that
+      // waiting out the repair budget would have taken.
+      const auto given_up_by = bound.bound + bound.start_grace + bound.repair_budget / 2;
+      EXPECT_LT(r.seconds, std::chrono::duration<double>(given_up_by).count())
+          << r.stats.ToJson();
+    }
+    gloo::barrier(b);
+    Result next = Reduce(ctx, policy, 21, 0.05);
+    EXPECT_LT(RelL2(next.data, want_next), 1e-5) << next.stats.ToJson();
+    gloo::barrier(b);
+  }, options);
+}
+
 }  // namespace
 }  // namespace optireduce

@@ -96,6 +96,59 @@ TEST(BoundedReceiverRepair, ASenderWhoseLastPacketsArrivedIsAskedForTheWholeRest
   EXPECT_EQ(requests.front().missing, (std::vector<std::pair<size_t, size_t>>{{500, 900}}));
 }
 
+// A straggler given up in phase 1 is not waited for in phase 2 (BoundedReceive::GiveUp).
+TEST(BoundedReceiverGiveUp, WaitEndsWhenTheOthersAreInAndTheStragglerIsNotAsked) {
+  BoundedReceiver receiver;
+  std::vector<char> dst1(1000), dst2(1000), dst3(1000);
+  RepairLog log;
+  auto rx = receiver.Post(11, {{1, dst1.data(), 1000}, {2, dst2.data(), 1000},
+                               {3, dst3.data(), 1000}}, log.Callback());
+  std::vector<char> bytes(1000, 'z');
+  receiver.OnData(11, 1, 0, bytes.data(), 1000, /*last=*/true);
+  rx->GiveUp(3);
+  // Peer 2 arrives 30 ms from now; the phase's deadline is 2 s away.
+  std::thread late([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    receiver.OnData(11, 2, 0, bytes.data(), 1000, /*last=*/true);
+  });
+  const auto start = Clock::now();
+  const PhaseEnd end = rx->Wait(start + std::chrono::seconds(2), std::chrono::seconds(1), 2.0);
+  const auto took = Clock::now() - start;
+  late.join();
+  EXPECT_EQ(end, PhaseEnd::kPeerTimeout);  // cut: region 3 stays missing
+  EXPECT_GE(took, std::chrono::milliseconds(25));  // waited for peer 2...
+  EXPECT_LT(took, std::chrono::milliseconds(900));  // ...not for 3 (nor the quiet period)
+  EXPECT_EQ(rx->Arrived(1).size(), 1u);
+  EXPECT_TRUE(rx->Arrived(2).empty());
+  // A repair asks nobody (1 and 2 are complete, 3 given up) and returns at once.
+  const auto repair_start = Clock::now();
+  EXPECT_EQ(rx->Repair(repair_start + std::chrono::seconds(2), std::chrono::seconds(1)),
+            PhaseEnd::kDeadline);
+  EXPECT_LT(Clock::now() - repair_start, std::chrono::milliseconds(500));
+  for (const Request& r : log.Get()) EXPECT_NE(r.peer, 3);
+}
+
+TEST(BoundedReceiverGiveUp, FirstArrivalIsWhenTheFirstPayloadCameOrThePostForStagedData) {
+  BoundedReceiver receiver;
+  std::vector<char> bytes(100, 'a');
+  receiver.OnData(12, 1, 0, bytes.data(), 100, /*last=*/true);  // staged: op 12 not posted
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  std::vector<char> dst1(100), dst2(100);
+  const auto posted = Clock::now();
+  auto rx = receiver.Post(12, {{1, dst1.data(), 100}, {2, dst2.data(), 100}}, nullptr);
+  ASSERT_TRUE(rx->FirstArrival(0).has_value());
+  EXPECT_GE(*rx->FirstArrival(0), posted);  // staged data counts from the post
+  EXPECT_FALSE(rx->FirstArrival(1).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  const auto before = Clock::now();
+  receiver.OnData(12, 2, 0, bytes.data(), 50, /*last=*/false);
+  receiver.OnData(12, 2, 50, bytes.data(), 50, /*last=*/true);
+  ASSERT_TRUE(rx->FirstArrival(1).has_value());
+  EXPECT_GE(*rx->FirstArrival(1), before);
+  EXPECT_LE(*rx->FirstArrival(1), Clock::now());
+  EXPECT_FALSE(rx->FirstArrival(5).has_value());  // no such region
+}
+
 // Staging (packets of operations this rank has not posted yet: it is behind).
 void Stage(BoundedReceiver& r, uint64_t op, int src, size_t bytes, size_t packet = 100) {
   std::vector<char> data(packet, static_cast<char>(op));

@@ -36,18 +36,23 @@ class BoundedReceiver::Receive : public BoundedReceive {
                       std::optional<std::chrono::microseconds> settle_grace) {
     for (;;) {
       bool complete = true;
+      bool done_or_given_up = true;  // complete, but for regions given up
       bool all_last = true;
       for (const Region& r : posted_->regions) {
-        complete = complete && r.bytes == r.spec.nbytes;
-        all_last = all_last && (r.last_seen || r.bytes == r.spec.nbytes);
+        const bool full = r.bytes == r.spec.nbytes;
+        complete = complete && full;
+        done_or_given_up = done_or_given_up && (full || r.given_up);
+        all_last = all_last && (r.last_seen || full || r.given_up);
       }
       if (complete) return PhaseEnd::kComplete;
+      // The others are in and a straggler was given up: cut by a timeout (its own phase 1).
+      if (done_or_given_up) return PhaseEnd::kPeerTimeout;
       const auto now = Clock::now();
       Clock::time_point settle_wake = Clock::time_point::max();
       if (settle_grace) {
         bool settled = true;
         for (const Region& r : posted_->regions) {
-          if (r.bytes == r.spec.nbytes || r.released) continue;
+          if (r.bytes == r.spec.nbytes || r.released || r.given_up) continue;
           if (r.not_started && now >= r.absent_at + *settle_grace) continue;
           settled = false;
           if (r.not_started) settle_wake = std::min(settle_wake, r.absent_at + *settle_grace);
@@ -73,16 +78,18 @@ class BoundedReceiver::Receive : public BoundedReceive {
                                                 std::chrono::microseconds quiet,
                                                 double factor) const {
     const auto& regions = posted_->regions;
-    if (regions.size() < 2) return std::nullopt;
+    size_t counted = 0;  // regions given up are neither waited for nor a reference
+    for (const Region& r : regions) counted += r.given_up ? 0 : 1;
+    if (counted < 2) return std::nullopt;
     std::vector<Clock::time_point> done_at;
     std::vector<Clock::duration> took;
     for (const Region& r : regions) {
-      if (r.done_at == Clock::time_point{}) continue;
+      if (r.given_up || r.done_at == Clock::time_point{}) continue;
       done_at.push_back(r.done_at);
       took.push_back(r.done_at - r.first_arrival);
     }
-    const size_t half = (regions.size() + 1) / 2;
-    if (done_at.size() < half || done_at.size() == regions.size()) return std::nullopt;
+    const size_t half = (counted + 1) / 2;
+    if (done_at.size() < half || done_at.size() == counted) return std::nullopt;
     std::sort(done_at.begin(), done_at.end());
     std::sort(took.begin(), took.end());
     const Clock::time_point half_done = done_at[half - 1];
@@ -93,7 +100,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
          std::chrono::duration_cast<Clock::duration>(took[(took.size() - 1) / 2] * factor)});
     Clock::time_point latest{};
     for (const Region& r : regions) {
-      if (r.done_at != Clock::time_point{}) continue;
+      if (r.given_up || r.done_at != Clock::time_point{}) continue;
       const auto from = r.first_arrival == Clock::time_point{} ? half_done : r.first_arrival;
       latest = std::max(latest, from + allow);
     }
@@ -117,8 +124,9 @@ class BoundedReceiver::Receive : public BoundedReceive {
       // said it cannot serve, or the deadline.
       const PhaseEnd end = WaitLocked(lock, until, std::chrono::hours(24), /*peer_factor=*/0,
                                       not_started_grace);
-      if (end == PhaseEnd::kComplete || Clock::now() >= deadline ||
-          (end == PhaseEnd::kDeadline && Clock::now() < until)) {
+      // kPeerTimeout here (no peer factor): complete but for the regions given up.
+      if (end == PhaseEnd::kComplete || end == PhaseEnd::kPeerTimeout ||
+          Clock::now() >= deadline || (end == PhaseEnd::kDeadline && Clock::now() < until)) {
         posted_->accepting = false;
         return end == PhaseEnd::kComplete ? end : PhaseEnd::kDeadline;
       }
@@ -131,7 +139,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
       std::lock_guard<std::mutex> lock(owner_->mu_);
       const auto now = Clock::now();
       for (const Region& r : posted_->regions) {
-        if (r.released) continue;  // its sender said the data is gone
+        if (r.released || r.given_up) continue;  // the data is gone, or not waited for
         std::vector<ByteRange> missing;
         size_t next = 0;
         for (const auto& [begin, end] : r.arrived) {
@@ -163,6 +171,16 @@ class BoundedReceiver::Receive : public BoundedReceive {
   bool Estimated(size_t index) const override {
     std::lock_guard<std::mutex> lock(owner_->mu_);
     return index < posted_->regions.size() && posted_->regions[index].estimated;
+  }
+
+  void GiveUp(int peer) override {
+    {
+      std::lock_guard<std::mutex> lock(owner_->mu_);
+      for (Region& r : posted_->regions) {
+        if (r.spec.peer == peer) r.given_up = true;
+      }
+    }
+    owner_->cv_.notify_all();  // a waiter may be settled now
   }
 
   std::optional<Clock::time_point> FirstArrival(size_t index) const override {

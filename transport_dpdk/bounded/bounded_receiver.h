@@ -92,6 +92,7 @@ class BoundedReceiver {
     // not started yet (since `absent_at`).
     bool released = false;
     bool not_started = false;
+    bool given_up = false;  // BoundedReceive::GiveUp: not waited for, not asked
     BoundedClock::time_point absent_at{};
     // For the adaptive peer timeout: the first payload, and when the region was done
     // (complete, or its last packets in). Epoch (zero): not yet.
