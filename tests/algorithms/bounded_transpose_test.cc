@@ -386,8 +386,10 @@ TEST(BoundedTranspose, FirstBoundedOperationFindsItsScratchFaultedIn) {
       EXPECT_EQ(stats.mode, step < 2 ? "calibration" : "bounded") << step;
       for (size_t i = 0; i < kBig; i += 4099) ASSERT_EQ(data[i], 10.0f) << step << " " << i;
     }
-    // Without the warm-up the first bounded call faults in all kScratchPages pages.
-    EXPECT_LT(faults[2] - faults[3], kScratchPages / 2)
+    // Without the warm-up the first bounded call faults in all kScratchPages pages. With
+    // it, ranks skewed by a loaded host stage (allocate) what a fast peer sends first:
+    // up to ~1560 more pages were seen then (1 run in 12 under two busy loops).
+    EXPECT_LT(faults[2] - faults[3], kScratchPages * 3 / 4)
         << "rank " << ctx->rank << ": first bounded op " << faults[2] << " faults, second "
         << faults[3] << ", scratch " << kScratchPages << " pages";
   });
