@@ -74,6 +74,30 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
   p->ms = MsSince(start);
 }
 
+// Records how late the latest peer started (its first phase-1 packet here; TimeoutPolicy
+// learns the start grace from it), or that a peer had not started when phase 1 ended: that
+// peer sends its reduced shard only after its own phase 1, so phase 2 does not wait for it
+// (waiting until the peer timeout cost ~40 ms per straggler at 16 MiB, as much as phase 1's
+// grace had saved).
+void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
+                      Clock::time_point start, BoundedReceive* rx2, OpStats* stats) {
+  if (regions1.empty()) return;
+  Clock::time_point latest = start;
+  bool gave_up = false;
+  for (size_t i = 0; i < regions1.size(); i++) {
+    const std::optional<Clock::time_point> first = rx1.FirstArrival(i);
+    if (first) {
+      latest = std::max(latest, *first);
+    } else {
+      gave_up = true;
+      rx2->GiveUp(regions1[i].peer);
+    }
+  }
+  stats->start_lag_gave_up = gave_up;
+  stats->start_lag_ms =
+      gave_up ? MsSince(start) : std::chrono::duration<double, std::milli>(latest - start).count();
+}
+
 // The elements [begin, end) of a region of `count` elements that an arrived byte range
 // covers whole: a range that splits an element leaves that element missing.
 template <typename T>
@@ -282,27 +306,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const Clock::time_point start_by =
       n > 2 ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
   FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a, &stats->phase[0]);
-  // How late the latest peer started (its first packet here), for the start grace.
-  if (!regions1.empty()) {
-    Clock::time_point latest = start;
-    bool gave_up = false;
-    for (size_t i = 0; i < regions1.size(); i++) {
-      const std::optional<Clock::time_point> first = rx1->FirstArrival(i);
-      if (!first) gave_up = true;
-      else latest = std::max(latest, *first);
-    }
-    stats->start_lag_gave_up = gave_up;
-    // A peer that has not started by now sends its reduced shard only after its own phase
-    // 1: phase 2 does not wait for it (waiting until the peer timeout cost ~40 ms per
-    // straggler at 16 MiB, as much as phase 1's grace had saved).
-    if (gave_up) {
-      for (size_t i = 0; i < regions1.size(); i++) {
-        if (!rx1->FirstArrival(i)) rx2->GiveUp(regions1[i].peer);
-      }
-    }
-    stats->start_lag_ms = gave_up ? MsSince(start)
-                                  : std::chrono::duration<double, std::milli>(latest - start).count();
-  }
+  NoteLateStarters(*rx1, regions1, start, rx2.get(), stats);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 

@@ -79,7 +79,7 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
       p = s.us;
       p_cut = s.cut;
     }
-    if (it != by_size_.end() && !it->second.start_lags.empty() &&
+    if (options.learn_start_grace && it != by_size_.end() && !it->second.start_lags.empty() &&
         it->second.start_lags.size() >= options.start_history_min) {
       lag = Percentile(std::vector<History::Sample>(it->second.start_lags.begin(),
                                                     it->second.start_lags.end()),

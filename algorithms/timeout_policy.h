@@ -18,7 +18,8 @@
 // peer later than that. Each bounded operation records how late its latest peer started
 // (its first packet); the grace is a percentile x margin of that history (censored samples:
 // the operation gave the peer up at that time). Until
-// `start_history_min` samples exist, a late peer keeps the whole repair budget.
+// `start_history_min` samples exist — and unless `learn_start_grace` — a late peer keeps
+// the whole repair budget.
 #pragma once
 
 #include <chrono>
@@ -52,6 +53,10 @@ struct TimeoutOptions {
   // at the 95th percentile a straggler in one operation of twenty already set the grace
   // (measured: 4 ranks, 16 MiB, a 2 x p50 delay in 5% of the iterations was always waited
   // out at 0.95).
+  // Off by default: measured in DDP training on a loaded host (bench/README.md, session 7),
+  // descheduled ranks were given up in 16% of the operations and damage rose 9% -> 30%
+  // with no gain in speed; with a real straggler (the mode table's) it cut p99 to 0.69x.
+  bool learn_start_grace = false;
   size_t start_history_min = 16;
   double start_percentile = 0.9;
 };

@@ -159,6 +159,7 @@ OPTIREDUCE_EXPORT char* optireduce_config_json(void) {
                                                                                     : "off"),
       ", \"timeout_ms\": ", config->timeout.count(), ", \"max_loss\": ", config->max_loss,
       ", \"repair_budget\": ", config->repair_budget,
+      ", \"start_grace\": ", JsonString(config->learn_start_grace ? "learned" : "budget"),
       ", \"udp_host\": ", JsonString(config->udp_host),
       ", \"udp_port_base\": ", config->udp_port_base,
       ", \"faults\": ", JsonString(config->faults),

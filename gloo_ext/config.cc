@@ -41,6 +41,11 @@ const std::vector<VariableDoc>& Table() {
        "bounded mode: extra time, as a fraction of the bound, to repair an operation above "
        "the loss limit and to wait for a rank that has not started (default 1; 0 = never "
        "repair, the paper's behaviour: shortest tail, most damage)"},
+      {"OPTIREDUCE_START_GRACE", "", "budget | learned",
+       "bounded mode: how long a rank that has not started an operation is waited for: "
+       "the repair budget (budget, default) or the 90th percentile x 1.25 of how late ranks "
+       "started recent operations (learned: shorter tail under a real straggler, more "
+       "damaged steps on a loaded host; measured in bench/README.md)"},
       {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
        "write the interposer's counters as JSON there at process exit"},
       {"OPTIREDUCE_UDP_HOST", "", "IPv4 address or host name",
@@ -251,6 +256,16 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
                         &c.repair_budget);
       !s.ok()) {
     return s;
+  }
+
+  std::string grace;
+  if (auto s = r.String("OPTIREDUCE_START_GRACE", "", &grace); !s.ok()) return s;
+  if (!grace.empty()) {
+    const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(grace));
+    if (v != "budget" && v != "learned") {
+      return Invalid("OPTIREDUCE_START_GRACE", grace, "budget, learned");
+    }
+    c.learn_start_grace = v == "learned";
   }
 
   if (auto s = r.String("OPTIREDUCE_STATS_FILE", "", &c.stats_file); !s.ok()) return s;

@@ -51,6 +51,10 @@ struct Config {
   // Bounded mode: time to repair an operation above max_loss (and for a rank that has not
   // started to start), as a fraction of the operation's bound. In [0, 10]; 0 = no repair.
   double repair_budget = 1.0;
+  // Bounded mode: how long a rank that has not started an operation is waited for —
+  // false: the repair budget (default); true: learned from how late ranks usually start
+  // (TimeoutOptions::learn_start_grace). OPTIREDUCE_START_GRACE=budget|learned.
+  bool learn_start_grace = false;
   // Where the interposer writes its counters as JSON at process exit ("" = nowhere).
   // "%p" in the path is replaced by the process id.
   std::string stats_file;

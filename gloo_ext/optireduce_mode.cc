@@ -20,6 +20,7 @@ void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind)
     TimeoutOptions timeouts;
     if (config.timeout.count() > 0) timeouts.hard_cap = config.timeout;
     timeouts.repair_budget_fraction = config.repair_budget;
+    timeouts.learn_start_grace = config.learn_start_grace;
     SetDefaultTimeoutOptions(timeouts);
     if (!config.stats_file.empty()) {
       StatsRegistry::Get().SetLogPath(

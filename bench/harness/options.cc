@@ -118,7 +118,10 @@ std::string BenchUsage(const char* argv0) {
       "      --seed=N              Seed of the straggler draws (default 1)\n"
       "      --timeout=SECONDS     Rendezvous/operation timeout (default 300)\n"
       "      --repair-budget=F     optireduce: repair/wait-for-late-rank time as a fraction\n"
-      "                            of the bound (default 1, 0 = never repair)\n\n"
+      "                            of the bound (default 1, 0 = never repair)\n"
+      "      --start-grace=G       optireduce: how long a rank that has not started is\n"
+      "                            waited for: budget (the repair budget, default) or\n"
+      "                            learned (P90 x 1.25 of how late ranks started)\n\n"
       "BENCHMARK is one of: ",
       absl::StrJoin(KnownBenchmarks(), ", "), "\n");
 }
@@ -216,6 +219,12 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
                                  o.repair_budget = x;
                                  return absl::OkStatus();
                                }}},
+      {"--start-grace", Spec{true, [&](const std::string& f, const std::string& v) {
+                               if (v != "budget" && v != "learned")
+                                 return Bad(f, v, "budget or learned");
+                               o.learn_start_grace = v == "learned";
+                               return absl::OkStatus();
+                             }}},
   };
   const std::map<std::string, std::string> short_names = {
       {"-s", "--size"}, {"-r", "--rank"}, {"-h", "--redis-host"},

@@ -49,6 +49,7 @@ struct BenchOptions {
   uint64_t seed = 1;              // straggler draws
   std::chrono::seconds timeout{300};  // every context operation and rendezvous
   double repair_budget = 1.0;     // optireduce: TimeoutOptions::repair_budget_fraction
+  bool learn_start_grace = false;  // optireduce: --start-grace learned (TimeoutOptions)
 };
 
 // The algorithms this harness runs.

@@ -177,6 +177,7 @@ class RankRunner {
       // OptiReduce mode's process-wide policy (this process is one rank).
       TimeoutOptions timeouts;
       timeouts.repair_budget_fraction = o.repair_budget;
+      timeouts.learn_start_grace = o.learn_start_grace;
       SetDefaultTimeoutOptions(timeouts);
     }
     if (!o.straggler_dist.empty()) {

@@ -19,7 +19,7 @@ one run:
 
   /usr/bin/python3 bench/mode/mode_table.py [--where lab|local] [--sizes 4194304,16777216]
       [--iters 100] [--straggler auto-spike:0.05:2 | auto-exp:0.8 | spike:0.05:80 | exp:15]
-      [--repair-budgets 1,0.25,0] [--csv FILE]
+      [--repair-budgets 1,0.25,0] [--start-graces budget,learned] [--csv FILE]
 
 Every run is optireduce-bench with --samples-csv (4 lab namespaces on a bridge with MTU 9000
 links, or --local-ranks 4 on loopback); percentiles are over the timed iterations of rank 0
@@ -80,7 +80,7 @@ def run_lab(bench, flags, env_extra, timeout, loss):
 
 
 def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
-        repair_budget=None, where="local", loss=0.0):
+        repair_budget=None, where="local", loss=0.0, start_grace=None):
     with tempfile.TemporaryDirectory() as tmp:
         samples = os.path.join(tmp, "s.csv")
         flags = ["-t", transport, "--elements", str(elements),
@@ -88,6 +88,8 @@ def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
                  "--samples-csv", samples, "--timeout", "120"]
         if repair_budget is not None:
             flags += ["--repair-budget", repair_budget]
+        if start_grace is not None:
+            flags += ["--start-grace", start_grace]
         if straggler:
             flags += ["--straggler-ms-dist", straggler]
         flags.append(algo)
@@ -120,6 +122,10 @@ def main():
     ap.add_argument("--repair-budgets", default="1",
                     help="OptiReduce rows, one per repair budget (fraction of the bound; "
                          "0 = never repair), comma-separated, e.g. 1,0.25,0")
+    ap.add_argument("--start-graces", default="budget",
+                    help="OptiReduce rows, one per start grace (budget: a rank that has not "
+                         "started keeps the repair budget; learned: P90 x 1.25 of how late "
+                         "ranks started), comma-separated, e.g. budget,learned")
     ap.add_argument("--csv", default="")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "optireduce-bench"))
     args = ap.parse_args()
@@ -158,8 +164,14 @@ def main():
             ap.error(f"--repair-budgets: '{b}' is not a fraction of the bound in [0, 10]")
     if not budgets:
         ap.error("--repair-budgets: give at least one budget, e.g. 1")
-    algos = [(name, algo, None) for name, algo in ALGOS if algo != "optireduce"]
-    algos += [("OptiReduce", "optireduce", b) for b in budgets]
+    graces = [g for g in args.start_graces.split(",") if g]
+    for g in graces:
+        if g not in ("budget", "learned"):
+            ap.error(f"--start-graces: '{g}' is not budget or learned")
+    if not graces:
+        ap.error("--start-graces: give at least one, e.g. budget")
+    algos = [(name, algo, None, None) for name, algo in ALGOS if algo != "optireduce"]
+    algos += [("OptiReduce", "optireduce", b, g) for b in budgets for g in graces]
     if not os.access(args.bench, os.X_OK):
         ap.error(f"--bench: '{args.bench}' is not an executable (build it: ./scripts/build.sh)")
 
@@ -170,7 +182,7 @@ def main():
     for env in envs:
         for elements in sizes:
             ring_p99 = None
-            for name, algo, budget in algos:
+            for name, algo, budget, grace in algos:
                 transport = "tcp" if algo == "allreduce_ring_chunked" else "udp"
                 extra = {}
                 straggler = args.straggler if env == "straggler" else ""
@@ -191,9 +203,11 @@ def main():
                 label = f"{name} ({transport})"
                 if budget is not None and budgets != ["1"]:
                     label = f"{name} ({transport}, repair {budget})"
+                if grace is not None and graces != ["budget"]:
+                    label = label[:-1] + f", grace {grace})"
                 us, loss, damaged = run(args.bench, algo, transport, elements, args.iters, extra,
                                         straggler, timeout=1800, repair_budget=budget,
-                                        where=args.where, loss=link_loss)
+                                        where=args.where, loss=link_loss, start_grace=grace)
                 p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
                 if ring_p99 is None:
                     ring_p99 = p99

@@ -314,6 +314,7 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
     o.min_bound = std::chrono::milliseconds(200);
     o.max_quiet = std::chrono::milliseconds(20);
     o.repair_budget_fraction = 3;
+    o.learn_start_grace = true;  // OPTIREDUCE_START_GRACE=learned
     o.start_history_min = 6;
     auto policy = std::make_shared<TimeoutPolicy>(o);
     gloo::BarrierOptions b(ctx);

@@ -67,8 +67,19 @@ TEST(TimeoutPolicy, HardCapAndQuietPeriod) {
 
 TimeoutOptions StartOptions() {
   TimeoutOptions o = Options();
+  o.learn_start_grace = true;
   o.start_history_min = 8;
   return o;
+}
+
+TEST(TimeoutPolicyStartGrace, OffByDefaultTheWholeRepairBudget) {
+  TimeoutOptions o = Options();
+  o.start_history_min = 8;
+  TimeoutPolicy policy(o);
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));
+  for (int i = 0; i < 20; i++) policy.RecordStartLag(1024, milliseconds(2), false);
+  EXPECT_FALSE(policy.BoundFor(1024).start_grace_learned);
+  EXPECT_EQ(policy.BoundFor(1024).start_grace, milliseconds(25 + 50));
 }
 
 TEST(TimeoutPolicyStartGrace, WholeRepairBudgetUntilEnoughHistory) {

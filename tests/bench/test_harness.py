@@ -40,6 +40,7 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--no-verify=1", "allreduce"], "takes no value"),
     (["--local-ranks", "2", "--repair-budget", "-1", "optireduce"], "--repair-budget"),
     (["--local-ranks", "2", "--repair-budget", "soon", "optireduce"], "[0, 10]"),
+    (["--local-ranks", "2", "--start-grace", "adaptive", "optireduce"], "budget or learned"),
 ])
 def test_bad_flags_exit_2_with_message(bench_bin, args, needle):
     env = dict(os.environ)
@@ -205,6 +206,38 @@ def test_repair_budget_zero_never_repairs(bench_bin, tmp_path):
     assert not any(repaired(r) for r in runs["0"]), [r for r in runs["0"] if repaired(r)][0]
     assert any(r["damaged"] for r in runs["0"])
     assert all(r["damaged"] for r in runs["0"] if r["loss_pct"] > 5)
+
+
+def test_start_grace_learned_from_how_late_ranks_start(bench_bin, tmp_path):
+    # 4 ranks (with two, a late peer always keeps the budget). --start-grace budget: a rank
+    # that has not started keeps phase 1's half of the bound + the repair budget (1.5 bounds);
+    # learned: once 16 operations recorded how late peers started, the grace is their P90
+    # x 1.25, shorter here where ranks start within a few ms of each other.
+    import json
+    runs = {}
+    for grace in ("budget", "learned"):
+        log = tmp_path / f"stats-{grace}.jsonl"
+        p = subprocess.run([bench_bin, "--local-ranks", "4", "-t", "udp", "--elements", "16384",
+                            "--iteration-count", "30", "--warmup-iters", "20", "--no-verify",
+                            "--start-grace", grace, "optireduce"],
+                           env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log)),
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                           timeout=180)
+        if p.returncode == 2 and "in this build" in p.stderr:
+            pytest.skip("the udp transport is not in this build")
+        assert p.returncode == 0, p.stderr
+        rows = [json.loads(line) for line in log.read_text().splitlines()]
+        runs[grace] = [r for r in rows if r.get("mode") == "bounded"]
+        assert len(runs[grace]) >= 4 * 20, len(runs[grace])
+        for r in runs[grace]:
+            assert r["start_lag_ms"] >= 0 and r["start_grace_ms"] > 0, r
+    for r in runs["budget"]:
+        assert abs(r["start_grace_ms"] - 1.5 * r["bound_ms"]) < 0.01, r
+    shorter = [r for r in runs["learned"] if r["start_grace_ms"] < 1.5 * r["bound_ms"] - 0.01]
+    assert shorter, runs["learned"][-1]
+    # Learned from the lags of earlier operations: never below what most of them needed.
+    lags = sorted(r["start_lag_ms"] for r in runs["learned"][:16 * 4])
+    assert shorter[-1]["start_grace_ms"] >= min(lags), (shorter[-1], lags[:5])
 
 
 MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode", "mode_table.py")

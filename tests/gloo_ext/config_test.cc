@@ -107,6 +107,15 @@ TEST(ConfigTest, RepairBudget) {
   }
 }
 
+TEST(ConfigTest, StartGrace) {
+  EXPECT_FALSE(Parse({})->learn_start_grace);
+  EXPECT_TRUE(Parse({{"OPTIREDUCE_START_GRACE", "learned"}})->learn_start_grace);
+  EXPECT_TRUE(Parse({{"OPTIREDUCE_START_GRACE", " Learned "}})->learn_start_grace);
+  EXPECT_FALSE(Parse({{"OPTIREDUCE_START_GRACE", "budget"}})->learn_start_grace);
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_START_GRACE", "adaptive"}}),
+              AllOf(HasSubstr("OPTIREDUCE_START_GRACE='adaptive'"), HasSubstr("budget, learned")));
+}
+
 TEST(ConfigTest, UdpSettings) {
   absl::StatusOr<Config> c = Parse({{"OPTIREDUCE_UDP_HOST", "10.0.0.7"},
                                     {"OPTIREDUCE_UDP_PORT_BASE", "40000"},
