@@ -99,7 +99,7 @@ def torch_lib(args):
     return path
 
 
-def rank_env(config, loss, lib, seed, repair_budget=None):
+def rank_env(config, loss, lib, seed, repair_budget=None, start_grace=None):
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("GLOO_", "OPTIREDUCE_")) and k != "LD_PRELOAD"}
     env["PYTHONPATH"] = os.path.join(REPO, "gloo_ext", "python") + os.pathsep + env.get("PYTHONPATH", "")
@@ -117,6 +117,8 @@ def rank_env(config, loss, lib, seed, repair_budget=None):
             env["OPTIREDUCE_FAULTS"] = "drop=%g,seed=%d" % (loss, seed)
         if repair_budget is not None:
             env["OPTIREDUCE_REPAIR_BUDGET"] = "%g" % repair_budget
+        if start_grace is not None:
+            env["OPTIREDUCE_START_GRACE"] = start_grace
     return env
 
 
@@ -204,9 +206,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
             for r in range(args.ranks):
                 if loss > 0:
                     lab.set_drop(r, loss, "in")
-            env = rank_env(config, 0.0, lib, args.seed, args.repair_budget)
+            env = rank_env(config, 0.0, lib, args.seed, args.repair_budget, args.start_grace)
         else:
-            env = rank_env(config, loss, lib, args.seed, args.repair_budget)
+            env = rank_env(config, loss, lib, args.seed, args.repair_budget, args.start_grace)
         job = Job(args.ranks, env, settings, workdir, lab)
         deadline = time.monotonic() + args.timeout
         curve = []
@@ -273,6 +275,8 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
         # As the library parsed it (OPTIREDUCE_REPAIR_BUDGET), not as this script meant it.
         "repair_budget": (r0.get("config") or {}).get("repair_budget", "")
                          if config == "optireduce" else "",
+        "start_grace": (r0.get("config") or {}).get("start_grace", "")
+                       if config == "optireduce" else "",
         "resync_every": args.resync_every if config == "optireduce" else "",
         "steps": r0["steps"], "train_s": round(r0["train_s"], 3),
         "target": args.target,
@@ -301,7 +305,7 @@ SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "tar
                   "time_to_target_s", "step_to_target", "final_accuracy", "final_accuracy_min",
                   "final_accuracy_max", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
                   "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction",
-                  "repair_budget", "resync_every"]
+                  "repair_budget", "start_grace", "resync_every"]
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
                     "repaired_ops", "damaged_ops", "stragglers_given_up"]
@@ -346,6 +350,9 @@ def add_common(ap):
                     help="optireduce config: OPTIREDUCE_REPAIR_BUDGET (fraction of the bound "
                          "for repairs and for waiting on a rank that has not started; "
                          "default: the library's, 1)")
+    ap.add_argument("--start-grace", choices=["budget", "learned"], default=None,
+                    help="optireduce config: OPTIREDUCE_START_GRACE (how long a rank that "
+                         "has not started is waited for; default: the library's, budget)")
     ap.add_argument("--resync-every", type=int, default=0, metavar="N",
                     help="optireduce config: optireduce.sync_parameters(model) every N steps "
                          "(replicas drift after damaged operations; default 0 = never)")
