@@ -121,7 +121,9 @@ std::string BenchUsage(const char* argv0) {
       "                            of the bound (default 1, 0 = never repair)\n"
       "      --start-grace=G       optireduce: how long a rank that has not started is\n"
       "                            waited for: budget (the repair budget, default) or\n"
-      "                            learned (P90 x 1.25 of how late ranks started)\n\n"
+      "                            learned (P90 x 1.25 of how late ranks started)\n"
+      "      --hadamard=on|off     optireduce: the randomized Hadamard transform (default\n"
+      "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n\n"
       "BENCHMARK is one of: ",
       absl::StrJoin(KnownBenchmarks(), ", "), "\n");
 }
@@ -219,6 +221,11 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
                                  o.repair_budget = x;
                                  return absl::OkStatus();
                                }}},
+      {"--hadamard", Spec{true, [&](const std::string& f, const std::string& v) {
+                            if (v != "on" && v != "off") return Bad(f, v, "on or off");
+                            o.hadamard = v == "on";
+                            return absl::OkStatus();
+                          }}},
       {"--start-grace", Spec{true, [&](const std::string& f, const std::string& v) {
                                if (v != "budget" && v != "learned")
                                  return Bad(f, v, "budget or learned");

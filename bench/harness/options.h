@@ -50,6 +50,7 @@ struct BenchOptions {
   std::chrono::seconds timeout{300};  // every context operation and rendezvous
   double repair_budget = 1.0;     // optireduce: TimeoutOptions::repair_budget_fraction
   bool learn_start_grace = false;  // optireduce: --start-grace learned (TimeoutOptions)
+  bool hadamard = true;            // optireduce: --hadamard on|off
 };
 
 // The algorithms this harness runs.

@@ -83,7 +83,8 @@ void PrintHeader(const BenchOptions& o, const std::string& device) {
   std::printf("\n\n%s\n", Line().c_str());
   Centered("BENCHMARK RESULTS");
   const char* unit = o.show_nanos ? "(ns)" : "(us)";
-  std::printf("%11s%11s%11s%11s%11s%11s%19s%13s%10s%11s%12s\n", "size (B)", "elements",
+  // The last column is left-aligned after two spaces: "early/early(100%)" is 17 wide.
+  std::printf("%11s%11s%11s%11s%11s%11s%19s%13s%10s%11s  %s\n", "size (B)", "elements",
               (std::string("min ") + unit).c_str(), (std::string("p50 ") + unit).c_str(),
               (std::string("p99 ") + unit).c_str(), (std::string("max ") + unit).c_str(),
               "bandwidth (GB/s)", "iterations", "loss (%)", "rel err", "timeout");
@@ -95,7 +96,7 @@ void PrintRow(const BenchOptions& o, const SizeResult& r) {
   const int64_t div = o.show_nanos ? 1 : 1000;
   char rel[32] = "-";
   if (r.verified) std::snprintf(rel, sizeof(rel), "%.2e", r.rel_error);
-  std::printf("%11zu%11zu%11lld%11lld%11lld%11lld%19.3f%13zu%10.3f%11s%12s\n", r.bytes,
+  std::printf("%11zu%11zu%11lld%11lld%11lld%11lld%19.3f%13zu%10.3f%11s  %s\n", r.bytes,
               r.elements, (long long)(s.min / div), (long long)(s.p50 / div),
               (long long)(s.p99 / div), (long long)(s.max / div), s.gbps, r.nanos.size(),
               s.loss_pct, rel, s.timeouts.c_str());

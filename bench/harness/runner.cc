@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/harness/allreduce_bench.h"
 #include "bench/harness/report.h"
+#include "bench/harness/run_optireduce.h"
 #include "algorithms/allreduce.h"
 #include "bench/harness/straggler.h"
 #include "bench/harness/worker_threads.h"
@@ -179,6 +180,7 @@ class RankRunner {
       timeouts.repair_budget_fraction = o.repair_budget;
       timeouts.learn_start_grace = o.learn_start_grace;
       SetDefaultTimeoutOptions(timeouts);
+      SetOptiReduceHadamard(o.hadamard);
     }
     if (!o.straggler_dist.empty()) {
       straggler_ = std::make_unique<StragglerDist>(*StragglerDist::Parse(o.straggler_dist));

@@ -177,7 +177,7 @@ def main():
 
     out = []
     ring_p50_none = {}  # elements -> Gloo ring's p50 (ms) without faults, for auto stragglers
-    print(f"{'env':10} {'MiB':>4} {'algorithm':28} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
+    print(f"{'env':10} {'MiB':>4} {'algorithm':36} {'p50 ms':>8} {'p99 ms':>8} {'p99.9 ms':>9} "
           f"{'p99/p50':>8} {'p99 vs ring':>11} {'loss %':>7} {'damaged %':>9}", flush=True)
     for env in envs:
         for elements in sizes:
@@ -219,7 +219,7 @@ def main():
                            samples=len(us),
                            straggler_ms=straggler)
                 out.append(row)
-                print(f"{env:10} {row['mib']:>4} {label:28} {p50:8.1f} {p99:8.1f} {p999:9.1f} "
+                print(f"{env:10} {row['mib']:>4} {label:36} {p50:8.1f} {p99:8.1f} {p999:9.1f} "
                       f"{p99 / p50:8.2f} {p99 / ring_p99:10.2f}x {loss:7.3f} {damaged:9.1f}", flush=True)
     if args.csv:
         with open(args.csv, "w", newline="") as f:

@@ -41,6 +41,7 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--repair-budget", "-1", "optireduce"], "--repair-budget"),
     (["--local-ranks", "2", "--repair-budget", "soon", "optireduce"], "[0, 10]"),
     (["--local-ranks", "2", "--start-grace", "adaptive", "optireduce"], "budget or learned"),
+    (["--local-ranks", "2", "--hadamard", "maybe", "optireduce"], "on or off"),
 ])
 def test_bad_flags_exit_2_with_message(bench_bin, args, needle):
     env = dict(os.environ)
@@ -181,24 +182,30 @@ def test_stats_file_logs_every_optireduce_operation(bench_bin, tmp_path):
         assert r["phase1"]["bytes_expected"] == 4096 * 4 // 2
 
 
+def bounded_ops(bench_bin, log, ranks, flags, env_extra=None, timeout=120):
+    """Runs optireduce-bench's optireduce over udp on `ranks` local ranks with
+    OPTIREDUCE_STATS_FILE=`log`; returns the bounded operations' JSON records."""
+    import json
+    p = subprocess.run([bench_bin, "--local-ranks", str(ranks), "-t", "udp", "--elements",
+                        "16384", "--warmup-iters", "20", "--no-verify"] + flags + ["optireduce"],
+                       env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log), **(env_extra or {})),
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=timeout)
+    if p.returncode == 2 and "in this build" in p.stderr:
+        pytest.skip("the udp transport is not in this build")
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    return [r for r in rows if r.get("mode") == "bounded"]
+
+
 def test_repair_budget_zero_never_repairs(bench_bin, tmp_path):
     # 15% injected datagram loss is far above the 5% loss limit: with the default budget
     # operations that lose more repair; with --repair-budget 0 none does, and every one
     # that lost more than the limit says it is damaged.
-    import json
     runs = {}
     for budget in ("1", "0"):
-        log = tmp_path / f"stats{budget}.jsonl"
-        p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "udp", "--elements", "16384",
-                            "--iteration-count", "12", "--warmup-iters", "20", "--no-verify",
-                            "--repair-budget", budget, "optireduce"],
-                           env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log),
-                                    OPTIREDUCE_FAULTS="drop=0.15,seed=3"),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=120)
-        assert p.returncode == 0, p.stderr
-        rows = [json.loads(line) for line in log.read_text().splitlines()]
-        runs[budget] = [r for r in rows if r.get("mode") == "bounded"]
+        runs[budget] = bounded_ops(bench_bin, tmp_path / f"stats{budget}.jsonl", 2,
+                                   ["--iteration-count", "12", "--repair-budget", budget],
+                                   {"OPTIREDUCE_FAULTS": "drop=0.15,seed=3"})
         assert len(runs[budget]) >= 16, len(runs[budget])
     def repaired(r):
         return r["phase1"]["repaired"] or r["phase2"]["repaired"]
@@ -213,21 +220,11 @@ def test_start_grace_learned_from_how_late_ranks_start(bench_bin, tmp_path):
     # that has not started keeps phase 1's half of the bound + the repair budget (1.5 bounds);
     # learned: once 16 operations recorded how late peers started, the grace is their P90
     # x 1.25, shorter here where ranks start within a few ms of each other.
-    import json
     runs = {}
     for grace in ("budget", "learned"):
-        log = tmp_path / f"stats-{grace}.jsonl"
-        p = subprocess.run([bench_bin, "--local-ranks", "4", "-t", "udp", "--elements", "16384",
-                            "--iteration-count", "30", "--warmup-iters", "20", "--no-verify",
-                            "--start-grace", grace, "optireduce"],
-                           env=dict(os.environ, OPTIREDUCE_STATS_FILE=str(log)),
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                           timeout=180)
-        if p.returncode == 2 and "in this build" in p.stderr:
-            pytest.skip("the udp transport is not in this build")
-        assert p.returncode == 0, p.stderr
-        rows = [json.loads(line) for line in log.read_text().splitlines()]
-        runs[grace] = [r for r in rows if r.get("mode") == "bounded"]
+        runs[grace] = bounded_ops(bench_bin, tmp_path / f"stats-{grace}.jsonl", 4,
+                                  ["--iteration-count", "30", "--start-grace", grace],
+                                  timeout=180)
         assert len(runs[grace]) >= 4 * 20, len(runs[grace])
         for r in runs[grace]:
             assert r["start_lag_ms"] >= 0 and r["start_grace_ms"] > 0, r
@@ -238,6 +235,24 @@ def test_start_grace_learned_from_how_late_ranks_start(bench_bin, tmp_path):
     # Learned from the lags of earlier operations: never below what most of them needed.
     lags = sorted(r["start_lag_ms"] for r in runs["learned"][:16 * 4])
     assert shorter[-1]["start_grace_ms"] >= min(lags), (shorter[-1], lags[:5])
+
+
+def test_hadamard_switch(bench_bin):
+    # 2^15 elements: the transform's 1/sqrt(2^15) scaling is inexact in float, so with it
+    # on the verified result carries rounding error; off, OptiReduce mode's sums of these
+    # small multiples of 0.25 are exact.
+    errs = {}
+    for h in ("on", "off"):
+        p = run(bench_bin, "--local-ranks", "4", "-t", "udp", "--elements", "32768",
+                "--iteration-count", "5", "--warmup-iters", "22", "--hadamard", h, "optireduce",
+                timeout=180)
+        if p.returncode == 2 and "in this build" in p.stderr:
+            pytest.skip("the udp transport is not in this build")
+        assert p.returncode == 0, p.stdout + p.stderr
+        rows = parse_rows(p.stdout)
+        assert len(rows) == 1, p.stdout
+        errs[h] = float(rows[0][9])
+    assert errs["on"] > 0 and errs["off"] == 0, errs
 
 
 MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode", "mode_table.py")
