@@ -306,17 +306,15 @@ def test_mode_table_small_run(bench_bin, tmp_path):
 def test_mode_table_in_the_lab(bench_bin, tmp_path):
     """Default as root: ranks in lab namespaces; the loss env drops real packets, so Gloo's
     ring stays on TCP; the default straggler is an occasional spike sized from ring's p50."""
+    def lab_namespaces():
+        out = subprocess.run(["ip", "netns", "list"], stdout=subprocess.PIPE, text=True).stdout
+        return {w for w in out.split() if w.startswith("orl-")}
+    before = lab_namespaces()
     out = tmp_path / "table.csv"
-    p = subprocess.Popen(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
-                          "--iters", "5", "--envs", "loss,straggler", "--csv", str(out)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        _, stderr = p.communicate(timeout=300)
-    finally:
-        if p.poll() is None:
-            p.kill()
-            p.wait()
-    assert p.returncode == 0, stderr
+    p = subprocess.run(["/usr/bin/python3", MODE_TABLE, "--bench", bench_bin, "--sizes", "4096",
+                        "--iters", "5", "--envs", "loss,straggler", "--csv", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
     rows = list(csv.DictReader(out.open()))
     assert [(r["where"], r["env"], r["algorithm"]) for r in rows] == [
         ("lab", e, a) for e in ("loss", "straggler")
@@ -327,8 +325,11 @@ def test_mode_table_in_the_lab(bench_bin, tmp_path):
     assert len(delays) == 1, delays
     kind, prob, ms = next(iter(delays)).split(":")
     assert (kind, prob) == ("spike", "0.05") and float(ms) > 0
-    # Every lab it made (named orl-<its pid>-) torn down; other tests' labs may run alongside.
-    assert not os.popen("ip netns list | grep orl-%d-" % p.pid).read()
+    # Every lab it made torn down: a lab namespace (orl-<creator pid>-...) that appeared
+    # meanwhile and whose creator is gone leaked; other tests' labs may run alongside.
+    leaked = [n for n in lab_namespaces() - before
+              if not os.path.exists("/proc/%s" % n.split("-")[1])]
+    assert not leaked, leaked
 
 
 def test_mode_table_one_optireduce_row_per_repair_budget(bench_bin, tmp_path):
