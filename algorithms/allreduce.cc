@@ -383,7 +383,6 @@ void Run(const Job& job) {
       stats.op = BoundedOpId(g.tag, counter, 1);
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
-      stats.start_grace_ms = bound.start_grace.count() / 1000.0;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
       BoundedTransposeArgs args;
       args.context = &ctx;

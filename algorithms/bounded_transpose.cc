@@ -305,6 +305,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // a loaded host drifted up to 3 points when it was given up at the learned grace).
   const Clock::time_point start_by =
       n > 2 ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
+  stats->start_grace_ms = std::chrono::duration<double, std::milli>(start_by - start).count();
   FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a, &stats->phase[0]);
   NoteLateStarters(*rx1, regions1, start, rx2.get(), stats);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);

@@ -232,6 +232,12 @@ def test_start_grace_learned_from_how_late_ranks_start(bench_bin, tmp_path):
         assert abs(r["start_grace_ms"] - 1.5 * r["bound_ms"]) < 0.01, r
     shorter = [r for r in runs["learned"] if r["start_grace_ms"] < 1.5 * r["bound_ms"] - 0.01]
     assert shorter, runs["learned"][-1]
+    # With two ranks a late peer is half the job: it keeps the budget, and the stats say so.
+    two = bounded_ops(bench_bin, tmp_path / "stats-two.jsonl", 2,
+                      ["--iteration-count", "30", "--start-grace", "learned"], timeout=180)
+    assert len(two) >= 2 * 20, len(two)
+    for r in two:
+        assert abs(r["start_grace_ms"] - 1.5 * r["bound_ms"]) < 0.01, r
     # Learned from the lags of earlier operations: never below what most of them needed.
     lags = sorted(r["start_lag_ms"] for r in runs["learned"][:16 * 4])
     assert shorter[-1]["start_grace_ms"] >= min(lags), (shorter[-1], lags[:5])
