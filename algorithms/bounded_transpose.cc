@@ -146,29 +146,56 @@ void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
   }
 }
 
-// Moves the reduced shards that arrived in phase 2 from scratch into place. Where nothing
-// arrived the buffer still holds the rank's own contribution: scale it by N, the unbiased
-// estimate of the sum from one of N similar contributions.
+// Where the other owners' reduced shards go, in global elements, sorted: a copy of what
+// arrived in phase 2 (src), or, for a range that never arrived, the rank's own contribution
+// still in the buffer, scaled by N — the unbiased estimate of the sum from one of N similar
+// contributions (src null). Mine is not listed.
+template <typename T>
+struct Placement {
+  size_t begin, end;
+  const T* src;
+};
+
+template <typename T>
+std::vector<Placement<T>> Placements(const TransposePlan& plan, const BoundedReceive& rx,
+                                     const std::vector<BoundedRegion>& regions) {
+  std::vector<Placement<T>> parts;
+  for (size_t i = 0; i < regions.size(); i++) {
+    const int owner = regions[i].peer;
+    const size_t base = plan.ShardBegin(owner);
+    const size_t count = plan.ShardCount(owner);
+    const T* arrived = static_cast<const T*>(regions[i].dst);
+    size_t next = 0;  // first element not yet known to have arrived
+    for (const ByteRange& r : rx.Arrived(i)) {
+      const auto [begin, end] = WholeElements<T>(r, count);
+      if (begin > next) parts.push_back({base + next, base + begin, nullptr});
+      if (end > begin) parts.push_back({base + begin, base + end, arrived + begin});
+      next = std::max(next, end);
+    }
+    if (next < count) parts.push_back({base + next, base + count, nullptr});
+  }
+  std::sort(parts.begin(), parts.end(),
+            [](const Placement<T>& x, const Placement<T>& y) { return x.begin < y.begin; });
+  return parts;
+}
+
+// Writes elements [x0, x1) of `part` (within it) into place.
+template <typename T>
+void Place(T* data, const Placement<T>& part, size_t x0, size_t x1, T n) {
+  if (part.src != nullptr) {
+    std::memcpy(data + x0, part.src + (x0 - part.begin), (x1 - x0) * sizeof(T));
+  } else {
+    for (size_t e = x0; e < x1; e++) data[e] *= n;
+  }
+}
+
+// Moves the reduced shards that arrived in phase 2 from scratch into place (Placements).
 template <typename T>
 void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive& rx,
                         const std::vector<BoundedRegion>& regions) {
   const T n = static_cast<T>(plan.ranks());
-  for (size_t i = 0; i < regions.size(); i++) {
-    const int owner = regions[i].peer;
-    T* shard = data + plan.ShardBegin(owner);
-    const T* arrived = static_cast<const T*>(regions[i].dst);
-    const size_t count = plan.ShardCount(owner);
-    size_t next = 0;  // first element not yet known to have arrived
-    auto scale = [&](size_t from, size_t to) {
-      for (size_t e = from; e < to; e++) shard[e] *= n;
-    };
-    for (const ByteRange& r : rx.Arrived(i)) {
-      const auto [begin, end] = WholeElements<T>(r, count);
-      if (begin > next) scale(next, begin);
-      if (end > begin) std::memcpy(shard + begin, arrived + begin, (end - begin) * sizeof(T));
-      next = std::max(next, end);
-    }
-    if (next < count) scale(next, count);
+  for (const Placement<T>& part : Placements<T>(plan, rx, regions)) {
+    Place(data, part, part.begin, part.end, n);
   }
 }
 
@@ -181,42 +208,14 @@ void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan&
                                   const std::vector<BoundedRegion>& regions, uint64_t seed,
                                   const hadamard::Options& options) {
   const T n = static_cast<T>(plan.ranks());
-  // What to write where, in global elements: a copy of arrived data (src) or, for a range
-  // that never arrived, the rank's own value scaled by n (src null). Mine is not listed.
-  struct Part {
-    size_t begin, end;
-    const T* src;
-  };
-  std::vector<Part> parts;
-  for (size_t i = 0; i < regions.size(); i++) {
-    const int owner = regions[i].peer;
-    const size_t base = plan.ShardBegin(owner);
-    const size_t count = plan.ShardCount(owner);
-    const T* arrived = static_cast<const T*>(regions[i].dst);
-    size_t next = 0;
-    for (const ByteRange& r : rx.Arrived(i)) {
-      const auto [begin, end] = WholeElements<T>(r, count);
-      if (begin > next) parts.push_back({base + next, base + begin, nullptr});
-      if (end > begin) parts.push_back({base + begin, base + end, arrived + begin});
-      next = std::max(next, end);
-    }
-    if (next < count) parts.push_back({base + next, base + count, nullptr});
-  }
-  std::sort(parts.begin(), parts.end(),
-            [](const Part& x, const Part& y) { return x.begin < y.begin; });
+  const std::vector<Placement<T>> parts = Placements<T>(plan, rx, regions);
   size_t first = 0;  // first part that may overlap the current block
   for (const hadamard::Block& block : hadamard::Blocks(elements, options)) {
     const size_t b0 = block.offset;
     const size_t b1 = b0 + (size_t{1} << block.log2_size);
     while (first < parts.size() && parts[first].end <= b0) first++;
     for (size_t q = first; q < parts.size() && parts[q].begin < b1; q++) {
-      const size_t x0 = std::max(parts[q].begin, b0);
-      const size_t x1 = std::min(parts[q].end, b1);
-      if (parts[q].src != nullptr) {
-        std::memcpy(data + x0, parts[q].src + (x0 - parts[q].begin), (x1 - x0) * sizeof(T));
-      } else {
-        for (size_t e = x0; e < x1; e++) data[e] *= n;
-      }
+      Place(data, parts[q], std::max(parts[q].begin, b0), std::min(parts[q].end, b1), n);
     }
     hadamard::InverseBlock(data, block, seed, options);
   }
