@@ -23,8 +23,13 @@ constexpr uint32_t kTag = 0x0b;
 }  // namespace
 
 AllreduceBench::AllreduceBench(const std::string& name, std::shared_ptr<gloo::Context> context,
-                               size_t elements, int inputs, std::chrono::milliseconds timeout)
-    : name_(name), context_(std::move(context)), elements_(elements), timeout_(timeout) {
+                               size_t elements, int inputs, std::chrono::milliseconds timeout,
+                               bool hadamard)
+    : name_(name),
+      context_(std::move(context)),
+      elements_(elements),
+      timeout_(timeout),
+      hadamard_(hadamard) {
   buffers_.resize(inputs);
   pristine_.resize(inputs);
   for (size_t k = 0; k < buffers_.size(); k++) {
@@ -91,6 +96,7 @@ void AllreduceBench::Run(IterationStats* stats) {
     call.elements = elements_;
     call.tag = kTag;
     call.timeout = timeout_;
+    call.hadamard = hadamard_;
     RunOptiReduce(call, stats);
   }
 }

@@ -19,11 +19,7 @@ const char* Short(PhaseEnd end) {
   return "?";
 }
 
-bool hadamard_on = true;
-
 }  // namespace
-
-void SetOptiReduceHadamard(bool on) { hadamard_on = on; }
 
 // OptiReduce mode: TAR over the context transport's bounded service (udp, dpdk), with the
 // process-wide adaptive timeout policy; over Gloo TCP it runs exact TAR.
@@ -35,7 +31,7 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
   opts.setTag(call.tag);
   opts.setTimeout(call.timeout);
-  opts.setHadamard(hadamard_on ? AllreduceOptions::Hadamard::kAuto
+  opts.setHadamard(call.hadamard ? AllreduceOptions::Hadamard::kAuto
                                : AllreduceOptions::Hadamard::kOff);
   opts.setMode(AllreduceOptions::Mode::kBounded);
   OpStats op;

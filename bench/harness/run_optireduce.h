@@ -21,12 +21,10 @@ struct OptiReduceCall {
   size_t elements = 0;          // per buffer
   uint32_t tag = 0;
   std::chrono::milliseconds timeout{300000};
+  // The randomized Hadamard transform (the library's default for float sums in OptiReduce
+  // mode); false: --hadamard off, as OPTIREDUCE_HADAMARD=0.
+  bool hadamard = true;
 };
-
-// Whether the calls apply the randomized Hadamard transform (on: the library's default for
-// float sums in OptiReduce mode; --hadamard off, as OPTIREDUCE_HADAMARD=0). Process-wide:
-// set once at start-up, before the first call.
-void SetOptiReduceHadamard(bool on);
 
 // Runs one allreduce (float sum, in place over all buffers) and fills `stats`.
 void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats);

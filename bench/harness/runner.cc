@@ -23,7 +23,6 @@
 #include "absl/strings/str_cat.h"
 #include "bench/harness/allreduce_bench.h"
 #include "bench/harness/report.h"
-#include "bench/harness/run_optireduce.h"
 #include "algorithms/allreduce.h"
 #include "bench/harness/straggler.h"
 #include "bench/harness/worker_threads.h"
@@ -180,7 +179,6 @@ class RankRunner {
       timeouts.repair_budget_fraction = o.repair_budget;
       timeouts.learn_start_grace = o.learn_start_grace;
       SetDefaultTimeoutOptions(timeouts);
-      SetOptiReduceHadamard(o.hadamard);
     }
     if (!o.straggler_dist.empty()) {
       straggler_ = std::make_unique<StragglerDist>(*StragglerDist::Parse(o.straggler_dist));
@@ -252,7 +250,8 @@ class RankRunner {
     std::vector<std::unique_ptr<AllreduceBench>> benches;
     for (int t = 0; t < o_.threads; t++) {
       benches.push_back(
-          std::make_unique<AllreduceBench>(o_.benchmark, contexts_[t], n, o_.inputs, timeout));
+          std::make_unique<AllreduceBench>(o_.benchmark, contexts_[t], n, o_.inputs, timeout,
+                                           o_.hadamard));
     }
     SizeResult result;
     result.elements = n;
