@@ -75,12 +75,16 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
 }
 
 // Records how late the latest peer started (its first phase-1 packet here; TimeoutPolicy
-// learns the start grace from it), or that a peer had not started when phase 1 ended: that
-// peer sends its reduced shard only after its own phase 1, so phase 2 does not wait for it
-// (waiting until the peer timeout cost ~40 ms per straggler at 16 MiB, as much as phase 1's
-// grace had saved).
+// learns the start grace from it), or that a peer had not started when phase 1 ended. That
+// peer sends its reduced shard only after its own phase 1; with `skip_in_phase2` phase 2
+// does not wait for it (with the learned grace, waiting until the peer timeout cost ~40 ms
+// per straggler at 16 MiB, as much as the grace had saved). With the budget grace phase 2
+// still waits: the shard often comes meanwhile, and filling the whole of it from this rank's
+// own contribution made DDP replicas drift (tta.py --quick: min replica accuracy 77.5% in
+// 4 of 12 runs, never below 86.4% while waiting).
 void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
-                      Clock::time_point start, BoundedReceive* rx2, OpStats* stats) {
+                      Clock::time_point start, bool skip_in_phase2, BoundedReceive* rx2,
+                      OpStats* stats) {
   if (regions1.empty()) return;
   Clock::time_point latest = start;
   bool gave_up = false;
@@ -90,7 +94,7 @@ void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion
       latest = std::max(latest, *first);
     } else {
       gave_up = true;
-      rx2->GiveUp(regions1[i].peer);
+      if (skip_in_phase2) rx2->GiveUp(regions1[i].peer);
     }
   }
   stats->start_lag_gave_up = gave_up;
@@ -302,11 +306,12 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   // With two ranks the late peer is half the job: its contribution is not estimated from
   // the other half alone; it keeps the whole repair budget (measured: a 2-rank DDP test on
   // a loaded host drifted up to 3 points when it was given up at the learned grace).
+  const bool learned_grace = n > 2 && a.bound.start_grace_learned;
   const Clock::time_point start_by =
-      n > 2 ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
+      learned_grace ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
   stats->start_grace_ms = std::chrono::duration<double, std::milli>(start_by - start).count();
   FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a, &stats->phase[0]);
-  NoteLateStarters(*rx1, regions1, start, rx2.get(), stats);
+  NoteLateStarters(*rx1, regions1, start, learned_grace, rx2.get(), stats);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
 

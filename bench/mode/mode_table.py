@@ -200,11 +200,12 @@ def main():
                 if env == "loss" and args.where == "local":
                     extra["OPTIREDUCE_FAULTS"] = f"drop={LOSS},seed=7"
                     transport = "udp"
-                label = f"{name} ({transport})"
+                detail = [transport]
                 if budget is not None and budgets != ["1"]:
-                    label = f"{name} ({transport}, repair {budget})"
+                    detail.append(f"repair {budget}")
                 if grace is not None and graces != ["budget"]:
-                    label = label[:-1] + f", grace {grace})"
+                    detail.append(f"grace {grace}")
+                label = f"{name} ({', '.join(detail)})"
                 us, loss, damaged = run(args.bench, algo, transport, elements, args.iters, extra,
                                         straggler, timeout=1800, repair_budget=budget,
                                         where=args.where, loss=link_loss, start_grace=grace)

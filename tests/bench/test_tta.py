@@ -31,6 +31,7 @@ def tta(*args, timeout=100):
     (["--straggler-rank", "7"], ["--straggler-rank", "7"]),
     (["--bogus"], ["--bogus"]),
     (["--repair-budget", "-1"], ["--repair-budget", "-1"]),
+    (["--start-grace", "adaptive"], ["--start-grace", "adaptive"]),
     (["calibrate", "--dists", "none,exp:x"], ["--dists", "exp:x"]),
     (["calibrate", "--dists", "none@2"], ["--dists", "none@2"]),
     (["calibrate", "--dists", "none@0.01"], ["--dists", "--lab"]),
@@ -96,9 +97,30 @@ def test_quick_run_trains_every_config(tmp_path):
     # --repair-budget reached the library (as parsed by it), for OptiReduce mode only.
     assert float(summary["optireduce"]["repair_budget"]) == 0.5, summary["optireduce"]
     assert summary["ring"]["repair_budget"] == "" and summary["tar"]["repair_budget"] == ""
+    assert summary["optireduce"]["start_grace"] == "budget", summary["optireduce"]  # default
+    assert summary["ring"]["start_grace"] == "" and summary["tar"]["start_grace"] == ""
 
     with open(os.path.join(out, "tta.png"), "rb") as f:
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_start_grace_reaches_the_library(tmp_path):
+    # --start-grace learned is OPTIREDUCE_START_GRACE for the optireduce config, as the
+    # library parsed it; the summary reports how many ranks it gave up (a count, maybe 0).
+    lib = os.environ.get("OPTIREDUCE_TORCH_LIB",
+                         os.path.join(REPO, "build", "gloo_ext", "liboptireduce_torch.so"))
+    if not os.path.isfile(lib):
+        pytest.fail("liboptireduce_torch.so not built at %s (set OPTIREDUCE_TORCH_LIB)" % lib)
+    out = str(tmp_path / "out")
+    p = tta("--quick", "--configs", "optireduce", "--out", out, "--torch-lib", lib,
+            "--start-grace", "learned", timeout=110)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    with open(os.path.join(out, "tta_summary.csv")) as f:
+        rows = list(csv.DictReader(f))
+    assert [r["config"] for r in rows] == ["optireduce"], rows
+    assert rows[0]["start_grace"] == "learned", rows[0]
+    assert int(rows[0]["stragglers_given_up"]) >= 0, rows[0]
+    assert int(rows[0]["bounded_ops"]) > 0, rows[0]
 
 
 def test_job_past_timeout_is_killed_and_named(tmp_path):
