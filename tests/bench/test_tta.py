@@ -12,6 +12,14 @@ TTA = os.path.join(REPO, "bench", "tta", "tta.py")
 PYTHON = "/usr/bin/python3"
 
 
+def torch_lib():
+    lib = os.environ.get("OPTIREDUCE_TORCH_LIB",
+                         os.path.join(REPO, "build", "gloo_ext", "liboptireduce_torch.so"))
+    if not os.path.isfile(lib):
+        pytest.fail("liboptireduce_torch.so not built at %s (set OPTIREDUCE_TORCH_LIB)" % lib)
+    return lib
+
+
 def tta(*args, timeout=100):
     return subprocess.run([PYTHON, TTA] + list(args), stdout=subprocess.PIPE,
                           stderr=subprocess.PIPE, text=True, timeout=timeout)
@@ -55,10 +63,7 @@ def test_spike_distribution_draws_zero_or_the_spike():
 
 
 def test_quick_run_trains_every_config(tmp_path):
-    lib = os.environ.get("OPTIREDUCE_TORCH_LIB",
-                         os.path.join(REPO, "build", "gloo_ext", "liboptireduce_torch.so"))
-    if not os.path.isfile(lib):
-        pytest.fail("liboptireduce_torch.so not built at %s (set OPTIREDUCE_TORCH_LIB)" % lib)
+    lib = torch_lib()
     out = str(tmp_path / "out")
     p = tta("--quick", "--out", out, "--torch-lib", lib, "--repair-budget", "0.5", timeout=110)
     assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
@@ -107,10 +112,7 @@ def test_quick_run_trains_every_config(tmp_path):
 def test_start_grace_reaches_the_library(tmp_path):
     # --start-grace learned is OPTIREDUCE_START_GRACE for the optireduce config, as the
     # library parsed it; the summary reports how many ranks it gave up (a count, maybe 0).
-    lib = os.environ.get("OPTIREDUCE_TORCH_LIB",
-                         os.path.join(REPO, "build", "gloo_ext", "liboptireduce_torch.so"))
-    if not os.path.isfile(lib):
-        pytest.fail("liboptireduce_torch.so not built at %s (set OPTIREDUCE_TORCH_LIB)" % lib)
+    lib = torch_lib()
     out = str(tmp_path / "out")
     p = tta("--quick", "--configs", "optireduce", "--out", out, "--torch-lib", lib,
             "--start-grace", "learned", timeout=110)
