@@ -6,6 +6,7 @@
 //   optireduce-bench --size 4 --rank R --shared-path /mnt/rdv --tcp-device eth0 transpose
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "algorithms/op_stats.h"
@@ -14,7 +15,11 @@
 
 int main(int argc, char** argv) {
   using namespace optireduce::bench;
-  auto options = ParseBenchOptions(argc, argv);
+  // OptiReduce mode's OPTIREDUCE_* variables apply as in a PyTorch job (flags override).
+  auto options = ParseBenchOptions(argc, argv, [](absl::string_view name) {
+    const char* v = std::getenv(std::string(name).c_str());
+    return v == nullptr ? std::nullopt : std::optional<std::string>(v);
+  });
   if (!options.ok()) {
     if (absl::IsNotFound(options.status())) {
       std::fputs(BenchUsage(argv[0]).c_str(), stdout);

@@ -24,12 +24,12 @@ constexpr uint32_t kTag = 0x0b;
 
 AllreduceBench::AllreduceBench(const std::string& name, std::shared_ptr<gloo::Context> context,
                                size_t elements, int inputs, std::chrono::milliseconds timeout,
-                               bool hadamard)
+                               const OptiReduceSettings& optireduce)
     : name_(name),
       context_(std::move(context)),
       elements_(elements),
       timeout_(timeout),
-      hadamard_(hadamard) {
+      optireduce_(optireduce) {
   buffers_.resize(inputs);
   pristine_.resize(inputs);
   for (size_t k = 0; k < buffers_.size(); k++) {
@@ -96,7 +96,7 @@ void AllreduceBench::Run(IterationStats* stats) {
     call.elements = elements_;
     call.tag = kTag;
     call.timeout = timeout_;
-    call.hadamard = hadamard_;
+    call.settings = optireduce_;
     RunOptiReduce(call, stats);
   }
 }

@@ -12,6 +12,7 @@
 #include <gloo/context.h>
 
 #include "bench/harness/iteration_stats.h"
+#include "bench/harness/run_optireduce.h"
 
 namespace optireduce {
 namespace bench {
@@ -19,10 +20,10 @@ namespace bench {
 class AllreduceBench {
  public:
   // Throws gloo::EnforceNotMet for an unknown name (the options parser rejects those first).
-  // `hadamard`: whether `optireduce` applies the randomized Hadamard transform (--hadamard).
+  // `optireduce`: how `optireduce` runs (--hadamard, --max-loss).
   AllreduceBench(const std::string& name, std::shared_ptr<gloo::Context> context,
                  size_t elements, int inputs, std::chrono::milliseconds timeout,
-                 bool hadamard = true);
+                 const OptiReduceSettings& optireduce = OptiReduceSettings());
 
   // Restores the test pattern (untimed, before each iteration: in-place sums would
   // otherwise grow by a factor of `size` per iteration and overflow to inf).
@@ -51,7 +52,7 @@ class AllreduceBench {
   const std::shared_ptr<gloo::Context> context_;
   const size_t elements_;
   const std::chrono::milliseconds timeout_;
-  const bool hadamard_;
+  const OptiReduceSettings optireduce_;
   std::vector<std::vector<float>> buffers_;
   // The inputs as generated once: Refill copies them back (a memcpy, not a loop of integer
   // divisions per element: ranks refill while their peers are still reducing).

@@ -6,6 +6,7 @@
 #include <functional>
 #include <map>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -14,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "bench/harness/straggler.h"
 #include "bench/local_ranks.h"
+#include "gloo_ext/config.h"
 
 namespace optireduce {
 namespace bench {
@@ -97,6 +99,7 @@ std::string BenchUsage(const char* argv0) {
       "      --sync=BOOL           Switch pairs to sync mode (default false)\n"
       "      --busy-poll=BOOL      Busy-poll in sync mode (default false)\n"
       "Benchmark parameters:\n"
+      "      --verify              Verify the result of the first iteration (default)\n"
       "      --no-verify           Do not verify the result of the first iteration\n"
       "      --show-all-errors     Print every verification error\n"
       "      --inputs=N            Input buffers per process (default 1)\n"
@@ -123,13 +126,39 @@ std::string BenchUsage(const char* argv0) {
       "                            waited for: budget (the repair budget, default) or\n"
       "                            learned (P90 x 1.25 of how late ranks started)\n"
       "      --hadamard=on|off     optireduce: the randomized Hadamard transform (default\n"
-      "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n\n"
+      "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n"
+      "      --max-loss=F          optireduce: loss fraction above which an operation\n"
+      "                            repairs, then flags damage (default 0.01, as the library)\n"
+      "  The library's OPTIREDUCE_MAX_LOSS, _TIMEOUT_MS, _REPAIR_BUDGET, _START_GRACE and\n"
+      "  _HADAMARD variables set these defaults, as in a PyTorch job; flags override them.\n\n"
       "BENCHMARK is one of: ",
       absl::StrJoin(KnownBenchmarks(), ", "), "\n");
 }
 
-absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv) {
+namespace {
+
+// OptiReduce mode's settings from the library's variables, by the library's parser.
+absl::StatusOr<BenchOptions> DefaultsFromLibraryConfig(const gloo_ext::EnvLookup& env) {
+  static const absl::flat_hash_set<std::string>* const kNames =
+      new absl::flat_hash_set<std::string>{"OPTIREDUCE_MAX_LOSS", "OPTIREDUCE_TIMEOUT_MS",
+                                           "GLOO_DPDK_TIMEOUT", "OPTIREDUCE_REPAIR_BUDGET",
+                                           "OPTIREDUCE_START_GRACE", "OPTIREDUCE_HADAMARD"};
+  const absl::StatusOr<gloo_ext::Config> config =
+      gloo_ext::ParseConfig([&](absl::string_view name) -> std::optional<std::string> {
+        if (!kNames->contains(name)) return std::nullopt;
+        return env(name);
+      });
+  if (!config.ok()) return config.status();
   BenchOptions o;
+  o.optireduce.max_loss = config->max_loss;
+  o.optireduce.hadamard = config->hadamard != gloo_ext::HadamardSetting::kOff;
+  o.repair_budget = config->repair_budget;
+  o.learn_start_grace = config->learn_start_grace;
+  o.bound_cap = config->timeout;
+  return o;
+}
+
+absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptions o) {
   bool have_size = false, have_rank = false;
   std::vector<std::string> positional;
 
@@ -191,6 +220,7 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
       {"--busy-poll", Spec{true, [&](const std::string& f, const std::string& v) {
                              return ParseBool(f, v, &o.busy_poll);
                            }}},
+      {"--verify", flag([&] { o.verify = true; })},  // Gloo's flag; on by default here
       {"--no-verify", flag([&] { o.verify = false; })},
       {"--show-all-errors", flag([&] { o.show_all_errors = true; })},
       {"--nanos", flag([&] { o.show_nanos = true; })},
@@ -223,7 +253,14 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
                                }}},
       {"--hadamard", Spec{true, [&](const std::string& f, const std::string& v) {
                             if (v != "on" && v != "off") return Bad(f, v, "on or off");
-                            o.hadamard = v == "on";
+                            o.optireduce.hadamard = v == "on";
+                            return absl::OkStatus();
+                          }}},
+      {"--max-loss", Spec{true, [&](const std::string& f, const std::string& v) {
+                            double x = 0;
+                            if (!absl::SimpleAtod(v, &x) || !(x >= 0 && x <= 1))
+                              return Bad(f, v, "a fraction of the operation's bytes in [0, 1]");
+                            o.optireduce.max_loss = x;
                             return absl::OkStatus();
                           }}},
       {"--start-grace", Spec{true, [&](const std::string& f, const std::string& v) {
@@ -353,6 +390,19 @@ absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv
                absl::StrCat("a divisor of the number of processes (", o.size, ")"));
   }
   return o;
+}
+
+}  // namespace
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv) {
+  return Parse(argc, argv, BenchOptions());
+}
+
+absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv,
+                                               const gloo_ext::EnvLookup& env) {
+  absl::StatusOr<BenchOptions> defaults = DefaultsFromLibraryConfig(env);
+  if (!defaults.ok()) return defaults.status();
+  return Parse(argc, argv, *std::move(defaults));
 }
 
 }  // namespace bench

@@ -8,6 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "bench/harness/run_optireduce.h"
+#include "gloo_ext/config.h"
 
 namespace optireduce {
 namespace bench {
@@ -48,9 +50,11 @@ struct BenchOptions {
   int straggler_rank = -1;        // -1: the last rank
   uint64_t seed = 1;              // straggler draws
   std::chrono::seconds timeout{300};  // every context operation and rendezvous
-  double repair_budget = 1.0;     // optireduce: TimeoutOptions::repair_budget_fraction
-  bool learn_start_grace = false;  // optireduce: --start-grace learned (TimeoutOptions)
-  bool hadamard = true;            // optireduce: --hadamard on|off
+  // optireduce: the library's defaults, then OPTIREDUCE_* variables, then the flags.
+  double repair_budget = 1.0;     // TimeoutOptions::repair_budget_fraction
+  bool learn_start_grace = false;  // --start-grace learned (TimeoutOptions)
+  std::chrono::milliseconds bound_cap{0};  // OPTIREDUCE_TIMEOUT_MS (0: adaptive only)
+  OptiReduceSettings optireduce;   // --hadamard on|off, --max-loss
 };
 
 // The algorithms this harness runs.
@@ -59,6 +63,13 @@ const std::vector<std::string>& KnownBenchmarks();
 // Parses argv. On a bad flag or value the error message names the flag and what is
 // allowed. A request for help returns NotFoundError("help").
 absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv);
+
+// As above, with OptiReduce mode's settings first taken from the library's variables in
+// `env` (OPTIREDUCE_MAX_LOSS, OPTIREDUCE_TIMEOUT_MS/GLOO_DPDK_TIMEOUT,
+// OPTIREDUCE_REPAIR_BUDGET, OPTIREDUCE_START_GRACE, OPTIREDUCE_HADAMARD), read by the
+// library's own parser (same spellings and messages as in a PyTorch job); flags override.
+absl::StatusOr<BenchOptions> ParseBenchOptions(int argc, const char* const* argv,
+                                               const gloo_ext::EnvLookup& env);
 
 // The --help text.
 std::string BenchUsage(const char* argv0);

@@ -10,10 +10,22 @@
 
 #include <gloo/context.h>
 
+#include "algorithms/allreduce.h"
 #include "bench/harness/iteration_stats.h"
 
 namespace optireduce {
 namespace bench {
+
+// The per-call settings of OptiReduce mode that the harness exposes as flags; the defaults
+// are the library's (what a PyTorch job gets without OPTIREDUCE_* variables).
+struct OptiReduceSettings {
+  // The randomized Hadamard transform (the library's default for float sums in OptiReduce
+  // mode); false: --hadamard off, as OPTIREDUCE_HADAMARD=0.
+  bool hadamard = true;
+  // Loss above which an operation repairs and then flags damage (--max-loss,
+  // OPTIREDUCE_MAX_LOSS).
+  double max_loss = AllreduceOptions::kDefaultMaxLoss;
+};
 
 struct OptiReduceCall {
   std::shared_ptr<gloo::Context> context;
@@ -21,9 +33,7 @@ struct OptiReduceCall {
   size_t elements = 0;          // per buffer
   uint32_t tag = 0;
   std::chrono::milliseconds timeout{300000};
-  // The randomized Hadamard transform (the library's default for float sums in OptiReduce
-  // mode); false: --hadamard off, as OPTIREDUCE_HADAMARD=0.
-  bool hadamard = true;
+  OptiReduceSettings settings;
 };
 
 // Runs one allreduce (float sum, in place over all buffers) and fills `stats`.

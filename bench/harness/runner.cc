@@ -178,6 +178,7 @@ class RankRunner {
       TimeoutOptions timeouts;
       timeouts.repair_budget_fraction = o.repair_budget;
       timeouts.learn_start_grace = o.learn_start_grace;
+      if (o.bound_cap.count() > 0) timeouts.hard_cap = o.bound_cap;
       SetDefaultTimeoutOptions(timeouts);
     }
     if (!o.straggler_dist.empty()) {
@@ -251,7 +252,7 @@ class RankRunner {
     for (int t = 0; t < o_.threads; t++) {
       benches.push_back(
           std::make_unique<AllreduceBench>(o_.benchmark, contexts_[t], n, o_.inputs, timeout,
-                                           o_.hadamard));
+                                           o_.optireduce));
     }
     SizeResult result;
     result.elements = n;

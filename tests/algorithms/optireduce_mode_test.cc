@@ -193,7 +193,9 @@ TEST(OptiReduceModeUdp, LateRankIsCutByThePeerTimeoutThenRepairedToExact) {
       EXPECT_LT(RelL2(r.data, ExactSum(ctx->size, step)), 1e-5)
           << r.stats.ToJson() << " device: " << DeviceStats(ctx);
     }
-    if (ctx->rank != 3) EXPECT_GT(cut, 0) << "the peer timeout never ended a phase";
+    if (ctx->rank != 3) {
+      EXPECT_GT(cut, 0) << "the peer timeout never ended a phase";
+    }
     gloo::BarrierOptions b(ctx);
     b.setTag(8);
     gloo::barrier(b);

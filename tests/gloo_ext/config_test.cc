@@ -5,6 +5,8 @@
 #include <map>
 #include <string>
 
+#include "algorithms/allreduce.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -39,6 +41,8 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c->hadamard, HadamardSetting::kDefault);
   EXPECT_EQ(c->timeout.count(), 0);
   EXPECT_DOUBLE_EQ(c->max_loss, 0.01);
+  // The C++ API and optireduce-bench default to the same limit.
+  EXPECT_DOUBLE_EQ(c->max_loss, AllreduceOptions::kDefaultMaxLoss);
   EXPECT_EQ(c->udp_port_base, 0);
   EXPECT_TRUE(c->faults.empty());
   EXPECT_TRUE(c->sources.empty());
