@@ -43,7 +43,7 @@ const std::vector<VariableDoc>& Table() {
        "repair, the paper's behaviour: shortest tail, most damage)"},
       {"OPTIREDUCE_START_GRACE", "", "budget | learned",
        "bounded mode: how long a rank that has not started an operation is waited for: "
-       "the repair budget (budget, default) or the 90th percentile x 1.25 of how late ranks "
+       "phase 1's half of the bound + the repair budget (budget, default) or the 90th percentile x 1.25 of how late ranks "
        "started recent operations (learned: shorter tail under a real straggler, more "
        "damaged steps on a loaded host; measured in bench/README.md)"},
       {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
