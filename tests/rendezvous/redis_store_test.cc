@@ -20,8 +20,10 @@
 #include <hiredis/hiredis.h>
 
 #include "absl/strings/str_cat.h"
+#include "algorithms/allreduce.h"
 #include "rendezvous/redis_kv.h"
 #include "tests/rendezvous/redis_server_fixture.h"
+#include "transport_dpdk/device.h"
 
 namespace optireduce {
 namespace rendezvous {
@@ -192,22 +194,38 @@ TEST_F(RedisStoreTest, WaitTimeoutThrowsIoExceptionNamingMissingKeys) {
 
 struct RankResult {
   std::vector<float> data;
+  std::vector<float> tar;  // the same inputs reduced by TAR (our UDP device only)
   std::string error;
 };
 
 constexpr int kElements = 1000;
 
-// One rank: rendezvous through Redis, TCP device, allreduce(sum), Finish.
-void RunRank(const RedisOptions& options, int rank, int size, float base, RankResult* out) {
+enum class Device { kGlooTcp, kOurUdp };
+
+std::shared_ptr<gloo::transport::Device> MakeDevice(Device device) {
+  if (device == Device::kOurUdp) {
+    transport::udp::attr attr;
+    attr.hostname = "127.0.0.1";
+    auto dev = transport::udp::CreateDeviceOrError(attr);
+    if (!dev.ok()) throw std::runtime_error(dev.status().ToString());
+    return *dev;
+  }
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  return gloo::transport::tcp::CreateDevice(attr);
+}
+
+// One rank: rendezvous through Redis, the device, allreduce(sum) — Gloo's ring, and with our
+// UDP device also TAR (optireduce::allreduce) — then Finish.
+void RunRank(const RedisOptions& options, int rank, int size, float base, RankResult* out,
+             Device device) {
   try {
     auto store = RedisStore::Connect(options);
     if (!store.ok()) {
       out->error = store.status().ToString();
       return;
     }
-    gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
-    auto dev = gloo::transport::tcp::CreateDevice(attr);
+    auto dev = MakeDevice(device);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(milliseconds(15000));
     ctx->connectFullMesh(**store, dev);
@@ -219,6 +237,17 @@ void RunRank(const RedisOptions& options, int rank, int size, float base, RankRe
         &gloo::sum<float>));
     opts.setTimeout(milliseconds(15000));
     gloo::allreduce(opts);
+    if (device == Device::kOurUdp) {
+      // The same inputs again, reduced by TAR over the same context.
+      out->tar.resize(kElements);
+      for (int i = 0; i < kElements; ++i) out->tar[i] = base + (rank + 1) + (i % 7);
+      optireduce::AllreduceOptions tar(ctx);
+      tar.setOutput(out->tar.data(), out->tar.size());
+      tar.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<float>));
+      tar.setTimeout(milliseconds(15000));
+      optireduce::allreduce(tar);
+    }
     absl::Status finished = (*store)->Finish();
     if (!finished.ok()) out->error = finished.ToString();
   } catch (const std::exception& e) {
@@ -239,12 +268,13 @@ void ExpectAllreduced(const std::vector<RankResult>& results, float base) {
   }
 }
 
-std::vector<RankResult> RunJob(const RedisOptions& options, float base) {
+std::vector<RankResult> RunJob(const RedisOptions& options, float base,
+                               Device device = Device::kGlooTcp) {
   const int size = options.world_size;
   std::vector<RankResult> results(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
-    threads.emplace_back(RunRank, options, r, size, base, &results[r]);
+    threads.emplace_back(RunRank, options, r, size, base, &results[r], device);
   }
   for (auto& t : threads) t.join();
   return results;
@@ -255,6 +285,20 @@ TEST_F(RedisStoreTest, FourRanksAllreduceAndLeaveNothingBehind) {
   ExpectAllreduced(RunJob(o, 1.0f), 1.0f);
   RawRedis raw(server_->port());
   EXPECT_EQ(raw.Scan("optireduce/job-a/*"), std::vector<std::string>{});
+}
+
+TEST_F(RedisStoreTest, FourRanksOverOurUdpDevice) {
+  RedisOptions o = Options("job-udp", 4);
+  const std::vector<RankResult> results = RunJob(o, 2.0f, Device::kOurUdp);
+  ExpectAllreduced(results, 2.0f);
+  for (int r = 0; r < 4; ++r) {
+    ASSERT_EQ(results[r].tar.size(), results[r].data.size()) << "rank " << r;
+    for (int i = 0; i < kElements; ++i) {
+      ASSERT_EQ(results[r].tar[i], results[r].data[i]) << "rank " << r << " element " << i;
+    }
+  }
+  RawRedis raw(server_->port());
+  EXPECT_EQ(raw.Scan("optireduce/job-udp/*"), std::vector<std::string>{});
 }
 
 TEST_F(RedisStoreTest, SameJobIdTwiceInARow) {
