@@ -91,6 +91,20 @@ for dtype in (torch.float32, torch.float64, torch.int64):
             ran["allreduce"] += 1
             ran["allreduce_supported"] += 1
 
+# One size again and again, as DDP's buckets every step: with GLOO_ALGO=optireduce the first
+# ones calibrate the bound (reliable TAR) and the rest run bounded (OptiReduce mode; the test
+# checks that some did). No loss is injected, so the results are exact to rounding.
+REPEAT = 24
+for i in range(REPEAT):
+    t = values(rank + i, 4096, torch.float32, dist.ReduceOp.SUM)
+    dist.all_reduce(t)
+    want = sum(values(r + i, 4096, torch.float32, dist.ReduceOp.SUM).to(torch.float64)
+               for r in range(world)).to(torch.float32)
+    check(f"repeated all_reduce #{i}", t, want, rounding=HADAMARD_SUMS)
+    ran["allreduce"] += 1
+    ran["allreduce_supported"] += 1
+ran["repeated"] = REPEAT
+
 # Several all_reduces in flight at once (DDP's buckets): distinct tags, async.
 tensors = [values(rank, 5000 + 17 * i, torch.float32, dist.ReduceOp.SUM) for i in range(6)]
 works = [dist.all_reduce(t, async_op=True) for t in tensors]
