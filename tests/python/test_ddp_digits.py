@@ -46,3 +46,31 @@ def test_optireduce_matches_stock_ring(run_job):
         o = res["stats"]["optireduce"]["cumulative"]
         assert o["bounded_ops"] > 0 and o["calibration_ops"] > 0, o
         assert o["bytes_received"] < o["bytes_expected"] or o["repaired_ops"] > 0, o
+
+
+def test_default_25mb_buckets(run_job):
+    # DDP's default bucket_cap_mb=25 on a ~28 MB model: each step allreduces a full 25 MB
+    # bucket (plus the rest). TAR over our UDP device must give what stock Gloo's ring over
+    # TCP gives (to float rounding: the sums run in another order), the same on both ranks.
+    import math
+    runs = {
+        "stock": run_job("ddp_big_bucket_worker.py", 2, base_env(OPTIREDUCE_TORCH_LIB=None),
+                         timeout=300).results(),
+        "tar": run_job("ddp_big_bucket_worker.py", 2,
+                       base_env(GLOO_ALGO="transpose", GLOO_DEVICE_TRANSPORT="UDP"),
+                       ["--import-optireduce"], timeout=300).results(),
+    }
+    assert runs["stock"][0]["stats"] is None
+    for name, results in runs.items():
+        assert results[0]["fingerprint"] == results[1]["fingerprint"], name  # one model
+    for res in runs["tar"]:
+        c = res["stats"]["interposer"]
+        # Every gradient byte of every step went through TAR, in 2 buckets per step after
+        # DDP's bucket rebuild (one in the first step).
+        assert c["bytes_tar"] == res["steps"] * res["grad_bytes"], c
+        assert c["tar_calls"] >= 2 * res["steps"] - 1, c
+        assert c["forwarded_calls"] == 0 and c["errors"] == 0, c
+        assert res["stats"]["transport"]["tx_packets"] > 0
+    for a, b in zip(runs["stock"][0]["fingerprint"], runs["tar"][0]["fingerprint"]):
+        for x, y in zip(a, b):
+            assert math.isclose(x, y, rel_tol=1e-4, abs_tol=1e-6), (a, b)
