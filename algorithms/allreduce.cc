@@ -105,6 +105,9 @@ struct Job {
   DataType type;
   ReduceOp op;
   bool hadamard;
+  // Hadamard::kDefault in OptiReduce mode: the transform belongs to the bounded mode, so a
+  // transport without a bounded service (exact TAR instead) runs without it.
+  bool hadamard_only_if_bounded;
   uint64_t hadamard_seed;
   int hadamard_log2_block;
   size_t max_segment_bytes;
@@ -350,7 +353,7 @@ bool CutByDeadline(const OpStats& stats) {
   return false;
 }
 
-void Run(const Job& job) {
+void Run(Job job) {
   const Impl& g = job.gloo;
   const size_t bytes = g.elements * g.elementSize;
   char* data = static_cast<char*>(g.out[0]->ptr);
@@ -371,6 +374,7 @@ void Run(const Job& job) {
     BoundedChannel* channel = nullptr;
     if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
     if (job.bounded && channel == nullptr) WarnNoBoundedService();
+    if (channel == nullptr && job.hadamard_only_if_bounded) job.hadamard = false;
     OpStats stats;
     stats.tag = g.tag;
     stats.bytes = bytes;
@@ -455,7 +459,12 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
   }
   const bool float_sum = IsFloatingPoint(type) && op == ReduceOp::kSum &&
                          ElementSize(type) == g.elementSize;
-  const auto mode = extras.hadamard();
+  const bool bounded = extras.mode() == AllreduceOptions::Mode::kBounded && float_sum;
+  auto mode = extras.hadamard();
+  const bool by_default = mode == AllreduceOptions::Hadamard::kDefault;
+  if (by_default) {
+    mode = bounded ? AllreduceOptions::Hadamard::kAuto : AllreduceOptions::Hadamard::kOff;
+  }
   GLOO_ENFORCE(mode != AllreduceOptions::Hadamard::kOn || float_sum,
                "optireduce::allreduce: the Hadamard transform needs a float32/float64 sum, "
                "got type ", DataTypeName(type), " and op ", ReduceOpName(op));
@@ -465,13 +474,13 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
                extras.maxLoss());
   TimeoutPolicy* policy =
       extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
-  const bool bounded = extras.mode() == AllreduceOptions::Mode::kBounded && float_sum;
   int log2_block = extras.hadamardLog2Block();
   if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
   return Job{g,
              type,
              op,
              mode != AllreduceOptions::Hadamard::kOff && float_sum,
+             by_default && bounded,
              extras.hadamardSeed(),
              log2_block,
              extras.maxSegmentBytes(),

@@ -26,6 +26,9 @@ class AllreduceOptions : public gloo::AllreduceOptions {
     kOff,   // never transform
     kOn,    // transform; an error if the type/op is not a floating-point sum
     kAuto,  // transform floating-point sums, bypass everything else
+    // The default: kAuto in OptiReduce mode (as GLOO_ALGO=optireduce: the transform spreads
+    // a lost packet's damage), kOff in reliable TAR (as GLOO_ALGO=transpose: exact sums).
+    kDefault,
   };
 
   enum class Mode : uint8_t {
@@ -92,7 +95,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
  private:
   DataType type_ = DataType::kUnknown;
   ReduceOp op_ = ReduceOp::kUnknown;
-  Hadamard hadamard_ = Hadamard::kOff;
+  Hadamard hadamard_ = Hadamard::kDefault;
   uint64_t hadamard_seed_ = kDefaultHadamardSeed;
   int hadamard_log2_block_ = -1;                 // -1: the Hadamard module's default
   size_t max_segment_bytes_ = kDefaultMaxSegmentBytes;

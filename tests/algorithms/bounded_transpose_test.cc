@@ -431,6 +431,45 @@ TEST(BoundedTranspose, FirstBoundedOperationFindsItsScratchFaultedIn) {
   });
 }
 
+// AllreduceOptions' default Hadamard setting: on in OptiReduce mode (as GLOO_ALGO=optireduce),
+// off in reliable TAR (exact sums). The transform's 1/sqrt(2^k) scaling rounds, so with it
+// some of these small integer sums come out inexact; without it every one is exact.
+TEST(BoundedTranspose, DefaultHadamardIsOnInOptiReduceModeOnly) {
+  InMemoryBoundedHub hub(kRanks, 0.0, 3);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (bool bounded : {false, true}) {
+      for (int step = 0; step < 3; step++) {  // 2 calibration operations, then bounded
+        std::vector<float> data(kCount);
+        for (size_t i = 0; i < kCount; i++) data[i] = float((i * 7 + ctx->rank) % 13);
+        AllreduceOptions opts(ctx);
+        opts.setOutput(data.data(), data.size());
+        opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+        if (bounded) {
+          opts.setMode(AllreduceOptions::Mode::kBounded);
+          opts.setBoundedChannel(hub.channel(ctx->rank));
+          opts.setTimeoutPolicy(policy);
+        }
+        allreduce(opts);
+        size_t inexact = 0;
+        double max_err = 0;
+        for (size_t i = 0; i < kCount; i++) {
+          float want = 0;
+          for (int r = 0; r < kRanks; r++) want += float((i * 7 + r) % 13);
+          inexact += data[i] != want;
+          max_err = std::max(max_err, std::fabs(double(data[i]) - want));
+        }
+        if (bounded) {
+          EXPECT_GT(inexact, 0u) << "step " << step << ": no rounding, so no transform";
+          EXPECT_LT(max_err, 1e-3) << "step " << step;
+        } else {
+          EXPECT_EQ(inexact, 0u) << "reliable TAR transformed by default";
+        }
+      }
+    }
+  });
+}
+
 TEST(BoundedTranspose, WithoutBoundedServiceRunsExactTar) {
   RunThreads(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
     std::vector<int64_t> v(1000, ctx->rank + 1);
