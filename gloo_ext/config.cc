@@ -73,6 +73,12 @@ const std::vector<VariableDoc>& Table() {
        "DPDK device: IP MTU (default 0 = the port's MTU)"},
       {"OPTIREDUCE_DPDK_FILE_PREFIX", "GLOO_DPDK_FILE_PREFIX", "name without whitespace",
        "DPDK device: EAL --file-prefix"},
+      {"OPTIREDUCE_DPDK_TX_COPY", "", "0/off/false/no | 1/on/true/yes",
+       "DPDK device, A/B switch: copy every frame body instead of zero-copy bodies on memif "
+       "(default 0; read by the transport)"},
+      {"OPTIREDUCE_DPDK_TX_BACKLOG", "", "integer 32..2048",
+       "DPDK device, A/B switch: frames of the per-port software TX backlog (default 2048; "
+       "read by the transport)"},
       {"OPTIREDUCE_FAULTS", "", "drop=P,dup=P,reorder=P,corrupt=P,delay_us=N,seed=N",
        "datagram devices: injected faults on receive (tests, lab)"},
       {"OPTIREDUCE_SESSION_TOKEN", "", "unsigned 64-bit integer",
@@ -326,6 +332,18 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   v = c.dpdk_udp_port;
   if (auto s = r.Uint("OPTIREDUCE_DPDK_UDP_PORT", "", 0, 65535, &v); !s.ok()) return s;
   c.dpdk_udp_port = static_cast<uint16_t>(v);
+  if (auto got = r.Get("OPTIREDUCE_DPDK_TX_COPY"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    std::optional<bool> on = ParseBool((*got)->second);
+    if (!on) {
+      return Invalid("OPTIREDUCE_DPDK_TX_COPY", (*got)->second, "0, 1, on, off, true, false");
+    }
+    c.dpdk_tx_copy = *on;
+  }
+  v = c.dpdk_tx_backlog;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_TX_BACKLOG", "", 32, 2048, &v); !s.ok()) return s;
+  c.dpdk_tx_backlog = static_cast<uint32_t>(v);
   v = c.dpdk_mtu;
   if (auto s = r.Uint("OPTIREDUCE_DPDK_MTU", "", 0, 9000, &v); !s.ok()) return s;
   if (v != 0 && v < 576) return Invalid("OPTIREDUCE_DPDK_MTU", std::to_string(v), "0 or 576..9000");

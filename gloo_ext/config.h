@@ -74,6 +74,9 @@ struct Config {
   uint16_t dpdk_udp_port = 0;           // UDP port in our frames (0 = 17000 + device no.)
   uint32_t dpdk_mtu = 0;                // IP MTU (0 = the port's, capped at 9000)
   std::string dpdk_file_prefix;         // EAL --file-prefix ("" = as given in eal_args)
+  // A/B switches the DPDK transport reads from the environment itself (validated here).
+  bool dpdk_tx_copy = false;            // copy frame bodies (no zero-copy on memif)
+  uint32_t dpdk_tx_backlog = 2048;      // per-port software TX backlog, frames
 
   // Both datagram devices.
   std::string faults;           // fault injection spec (validated here)

@@ -126,6 +126,26 @@ TEST(DpdkErrors, SecondInitWithOtherArgumentsFailsSameArgumentsReuse) {
   });
 }
 
+TEST(DpdkErrors, BadTxSwitchesAreRefusedWithTheirName) {
+  TempDir dir("err_tx");
+  InChild([&] {
+    dpdk::attr a;
+    a.eal_args = kBase + MemifServer(dir.path(), 0);
+    setenv("OPTIREDUCE_DPDK_TX_COPY", "sometimes", 1);
+    std::string e = Expect(dpdk::CreateDeviceOrError(a).status(),
+                           "OPTIREDUCE_DPDK_TX_COPY='sometimes' is not valid");
+    if (!e.empty()) return e;
+    setenv("OPTIREDUCE_DPDK_TX_COPY", " On ", 1);
+    setenv("OPTIREDUCE_DPDK_TX_BACKLOG", "5000", 1);
+    e = Expect(dpdk::CreateDeviceOrError(a).status(),
+               "OPTIREDUCE_DPDK_TX_BACKLOG='5000' is not valid; allowed values: an integer 32..2048");
+    if (!e.empty()) return e;
+    setenv("OPTIREDUCE_DPDK_TX_BACKLOG", "64", 1);
+    auto d = dpdk::CreateDeviceOrError(a);
+    return d.ok() ? std::string() : "valid switches refused: " + d.status().ToString();
+  });
+}
+
 TEST(DpdkErrors, EnvArgsAreUsedAndAffinityIsRestored) {
   TempDir dir("err_env");
   InChild([&] {

@@ -90,6 +90,23 @@ TEST(ConfigTest, TimeoutAndItsAlias) {
   EXPECT_THAT(ErrorOf({{"GLOO_DPDK_TIMEOUT", "soon"}}), HasSubstr("GLOO_DPDK_TIMEOUT='soon'"));
 }
 
+TEST(ConfigTest, DpdkTxSwitches) {
+  // Read by the DPDK transport itself; validated and documented here, not "ignored".
+  EXPECT_FALSE(Parse({})->dpdk_tx_copy);
+  EXPECT_EQ(Parse({})->dpdk_tx_backlog, 2048u);
+  EXPECT_TRUE(Parse({{"OPTIREDUCE_DPDK_TX_COPY", "1"}})->dpdk_tx_copy);
+  EXPECT_EQ(Parse({{"OPTIREDUCE_DPDK_TX_BACKLOG", "64"}})->dpdk_tx_backlog, 64u);
+  EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_TX_COPY", "maybe"}}),
+              HasSubstr("OPTIREDUCE_DPDK_TX_COPY='maybe'"));
+  for (const char* bad : {"16", "4096", "lots"}) {
+    EXPECT_THAT(ErrorOf({{"OPTIREDUCE_DPDK_TX_BACKLOG", bad}}),
+                AllOf(HasSubstr("OPTIREDUCE_DPDK_TX_BACKLOG"), HasSubstr("[32, 2048]")))
+        << bad;
+  }
+  EXPECT_THAT(UnknownOptiReduceNames({"OPTIREDUCE_DPDK_TX_COPY", "OPTIREDUCE_DPDK_TX_BACKLOG"}),
+              ::testing::IsEmpty());
+}
+
 TEST(ConfigTest, MaxLoss) {
   EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_MAX_LOSS", "0.05"}})->max_loss, 0.05);
   EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_MAX_LOSS", "0"}})->max_loss, 0.0);
