@@ -107,3 +107,13 @@ for name, url in [("full", "redis://user:p%40ss%3Aword@redis.example:6380/3"),
                   ("bad_escape", "redis://u:%zzsecretsecret@host"),
                   ("ipv6ish", "redis://[::1]:6379/0")]:
     write("redis_url", name, url)
+
+# receive_window: 2-byte steps, sequence numbers relative to the cumulative point + 256
+def steps(rels):
+    return b"".join(struct.pack("<H", r + 256) for r in rels)
+
+
+write("receive_window", "in_order", steps([0] * 64))
+write("receive_window", "reversed", steps(list(range(63, -1, -1))))
+write("receive_window", "gaps_and_duplicates", steps([5, 3, 5, 0, -1, 1, 0, 9, 2, 300, 1]))
+write("receive_window", "window_edge", steps([8191, 8192, 10000, 0, 8190, -200, 4096]))
