@@ -120,6 +120,28 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport
   return MakeDevice(spec);
 }
 
+void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int size) {
+#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+  // One memif link per rank pair, sockets in `dir` (next to the FileStore's files). memif
+  // is lossless (back-pressure) and needs neither root nor hugepages.
+  if (spec->transport != "dpdk" || std::getenv("OPTIREDUCE_EAL_ARGS") != nullptr) return;
+  // 16370-byte frames (16 KiB buffers, see dpdk_device.h): 1.1-1.5x the bus bandwidth
+  // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
+  // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
+  // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
+  const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
+  const unsigned default_bsize = size <= 6 ? 16384 : 9216;
+  spec->eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
+                       dir, rank, size,
+                       bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10))
+                             : default_bsize) +
+                   " " + optireduce::transport::dpdk::DefaultEalArgs();
+  spec->udp_checksum = false;
+#else
+  (void)spec, (void)dir, (void)rank, (void)size;
+#endif
+}
+
 int ForkLocalRanks(int size, int limit_seconds,
                    const std::function<int(int rank, const std::string& dir)>& body) {
   char tmpl[] = "/tmp/optireduce-bench-XXXXXX";
@@ -183,24 +205,7 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     DeviceSpec spec;
     spec.transport = transport;
     spec.hostname = "127.0.0.1";
-#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
-    // One memif link per rank pair, sockets next to the FileStore's files. memif is
-    // lossless (back-pressure) and needs neither root nor hugepages.
-    if (transport == "dpdk" && std::getenv("OPTIREDUCE_EAL_ARGS") == nullptr) {
-      // 16370-byte frames (16 KiB buffers, see dpdk_device.h): 1.1-1.5x the bus bandwidth
-      // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
-      // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
-      // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
-      const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
-      const unsigned default_bsize = size <= 6 ? 16384 : 9216;
-      spec.eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
-                          dir, rank, size,
-                          bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10))
-                                : default_bsize) +
-                      " " + optireduce::transport::dpdk::DefaultEalArgs();
-      spec.udp_checksum = false;
-    }
-#endif
+    UseLocalMemifMesh(&spec, dir, rank, size);
     auto device = MakeDevice(spec);
     context->connectFullMesh(store, device);
     const int status = body(RankEnv{rank, size, context});

@@ -48,6 +48,12 @@ struct DeviceSpec {
   bool udp_checksum = true;
 };
 
+// For dpdk (when built in) and OPTIREDUCE_EAL_ARGS unset: sets spec's EAL arguments to
+// rank `rank`'s side of a memif mesh between `size` local processes whose sockets live in
+// `dir` (every rank must pass the same dir), and turns UDP checksums off. Other transports,
+// or OPTIREDUCE_EAL_ARGS set (the caller's own ports): spec is left as it is.
+void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int size);
+
 // Throws std::invalid_argument naming the transport and the allowed ones when it is not
 // available in this build, and whatever the transport throws when it cannot be created.
 std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec);

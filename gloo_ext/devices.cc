@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/device.h"
 #if OPTIREDUCE_HAVE_DPDK_DEVICE
@@ -118,9 +119,11 @@ bool HaveDpdkDevice() {
 #endif
 }
 
-absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
-    const Config& config, const std::string& interface, const std::string& hostname) {
 #if OPTIREDUCE_HAVE_DPDK_DEVICE
+namespace {
+
+// The dpdk backend's attr for `config`.
+transport::dpdk::attr DpdkAttrOf(const Config& config) {
   // The dpdk backend's attr (transport_dpdk/dpdk_attr.h). Empty eal_args/ports make the
   // backend read OPTIREDUCE_EAL_ARGS / OPTIREDUCE_DPDK_PORTS itself, which config.cc has
   // validated; we pass them explicitly so aliases (GLOO_DPDK_EAL_ARGS) work too. The
@@ -137,8 +140,83 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
   attr.udp_port = config.dpdk_udp_port;
   attr.mtu = config.dpdk_mtu;
   attr.engine = EngineOptionsOf(config);
+  return attr;
+}
+
+// "" when a device made from `have` serves a caller asking for `want`; else which setting
+// differs, with both values. EAL args are compared resolved (empty = the environment's).
+std::string DpdkAttrDifference(const transport::dpdk::attr& have,
+                               const transport::dpdk::attr& want) {
+  auto differ = [](const char* name, const std::string& a, const std::string& b) {
+    return absl::StrCat(name, ": the device has '", a, "', this call asks for '", b, "'");
+  };
+  const std::string eal_have = transport::dpdk::ResolveEalArgs(have.eal_args);
+  const std::string eal_want = transport::dpdk::ResolveEalArgs(want.eal_args);
+  if (eal_have != eal_want) {
+    return differ("OPTIREDUCE_EAL_ARGS (with OPTIREDUCE_DPDK_FILE_PREFIX)", eal_have, eal_want);
+  }
+  if (have.ports != want.ports) {
+    return differ("OPTIREDUCE_DPDK_PORTS", absl::StrJoin(have.ports, ","),
+                  absl::StrJoin(want.ports, ","));
+  }
+  if (have.ipv4 != want.ipv4) return differ("OPTIREDUCE_DPDK_IPV4", have.ipv4, want.ipv4);
+  if (have.udp_port != want.udp_port) {
+    return differ("OPTIREDUCE_DPDK_UDP_PORT", absl::StrCat(have.udp_port),
+                  absl::StrCat(want.udp_port));
+  }
+  if (have.mtu != want.mtu) {
+    return differ("OPTIREDUCE_DPDK_MTU", absl::StrCat(have.mtu), absl::StrCat(want.mtu));
+  }
+  if (have.engine.faults != want.engine.faults) {
+    return differ("OPTIREDUCE_FAULTS", have.engine.faults, want.engine.faults);
+  }
+  if (have.engine.session_token != want.engine.session_token) {
+    return differ("OPTIREDUCE_SESSION_TOKEN", absl::StrCat(have.engine.session_token),
+                  absl::StrCat(want.engine.session_token));
+  }
+  return "";
+}
+
+// The process's DPDK device. There is one EAL per process and a port serves one device,
+// so every caller (torch makes a device per process group: new_group makes more) shares
+// it; its contexts are kept apart by the engine (context ids in every packet), as on a
+// UDP device. Held weakly: it goes (and its ports stop) when the last group using it is
+// destroyed, and a later call makes a new one (a device still being destroyed on another
+// thread holds its ports until its destructor ends: that call fails with "already used").
+// `mu` also serialises creation, so two threads asking at once get the same device.
+struct SharedDpdkDevice {
+  std::mutex mu;
+  transport::dpdk::attr attr;
+  std::weak_ptr<transport::Device> device;
+};
+SharedDpdkDevice& SharedDpdk() {
+  static auto* shared = new SharedDpdkDevice();
+  return *shared;
+}
+
+}  // namespace
+#endif
+
+absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
+    const Config& config, const std::string& interface, const std::string& hostname) {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+  const transport::dpdk::attr attr = DpdkAttrOf(config);
+  SharedDpdkDevice& shared = SharedDpdk();
+  std::lock_guard<std::mutex> lock(shared.mu);
+  if (std::shared_ptr<transport::Device> existing = shared.device.lock()) {
+    const std::string difference = DpdkAttrDifference(shared.attr, attr);
+    if (!difference.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "this process already has a DPDK device and every DPDK device of a process "
+          "shares it (one EAL, one set of ports), but the settings differ: ",
+          difference, "; give every process group the same DPDK settings"));
+    }
+    return std::shared_ptr<::gloo::transport::Device>(existing);
+  }
   auto device = transport::dpdk::CreateDeviceOrError(attr);
   if (!device.ok()) return device.status();
+  shared.attr = attr;
+  shared.device = *device;
   return Remember(*device);
 #else
   return absl::UnimplementedError(

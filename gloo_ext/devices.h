@@ -28,7 +28,11 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
 bool HaveDpdkDevice();
 
 // The DPDK device (EAL arguments from OPTIREDUCE_EAL_ARGS); UnimplementedError when this
-// build has none.
+// build has none. A process has one EAL and its ports serve one device, so while a DPDK
+// device made here is alive every later call returns that same device (torch makes one
+// device per process group); its groups are kept apart by context. A call whose settings
+// differ from the live device's gets FailedPreconditionError naming the variable and both
+// values.
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     const Config& config, const std::string& interface, const std::string& hostname);
 

@@ -94,7 +94,9 @@ std::string BenchUsage(const char* argv0) {
       "  -x, --prefix=PREFIX       Rendezvous prefix (unique for this run)\n"
       "      --shared-path=PATH    File system rendezvous in this shared directory\n"
       "Transport:\n"
-      "  -t, --transport=NAME      tcp, udp or dpdk (default tcp)\n"
+      "  -t, --transport=NAME      tcp, udp or dpdk (default tcp); dpdk takes its ports\n"
+      "                            from OPTIREDUCE_EAL_ARGS, or with --local-ranks from\n"
+      "                            a memif mesh between the ranks (bench/README.md)\n"
       "      --tcp-device=DEV[,DEV] Network interface(s) to use\n"
       "      --sync=BOOL           Switch pairs to sync mode (default false)\n"
       "      --busy-poll=BOOL      Busy-poll in sync mode (default false)\n"
@@ -352,6 +354,13 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
         "--sync: sync mode works only with the old-style algorithms (allreduce_ring, "
         "allreduce_ring_chunked, allreduce_halving_doubling, allreduce_bcube); Gloo's "
         "pairs refuse unbound buffers in sync mode, which '", o.benchmark, "' uses"));
+  }
+  if (o.transport == "dpdk" && o.tcp_devices.size() > 1) {
+    // One EAL per process and a port serves one device: a second dpdk device could only
+    // fail. dpdk's ports come from OPTIREDUCE_EAL_ARGS / OPTIREDUCE_DPDK_PORTS.
+    return Bad("--tcp-device", absl::StrJoin(o.tcp_devices, ","),
+               "one interface with --transport dpdk (which makes one device per process; "
+               "its ports come from OPTIREDUCE_EAL_ARGS and OPTIREDUCE_DPDK_PORTS)");
   }
   if (o.busy_poll && !o.sync) {
     return absl::InvalidArgumentError("--busy-poll: can only be used with --sync=true");

@@ -162,6 +162,10 @@ class RankRunner {
       spec.iface = iface;
       spec.busy_poll = o.busy_poll;
       if (iface.empty() && (local || o.transport != "tcp")) spec.hostname = "127.0.0.1";
+      // --local-ranks over dpdk: a memif mesh between the forked ranks, sockets in their
+      // shared FileStore directory. Separate processes (--size/--rank) get their ports
+      // from OPTIREDUCE_EAL_ARGS (see bench/README.md).
+      if (local) UseLocalMemifMesh(&spec, o.shared_path, o.rank, o.size);
       devices_.push_back(MakeDevice(spec));
     }
     control_ = std::make_unique<Control>(rv_.Mesh(o, "ctl", devices_.front()), o.timeout);

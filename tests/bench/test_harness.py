@@ -405,3 +405,33 @@ def test_mode_table_one_optireduce_row_per_repair_budget(bench_bin, tmp_path):
     assert [r["algorithm"] for r in rows] == [
         "ring_chunked (tcp)", "TAR (udp)", "OptiReduce (udp, repair 1)",
         "OptiReduce (udp, repair 0)"]
+
+
+@pytest.mark.parametrize("algo", ["allreduce_ring", "optireduce"])
+def test_dpdk_memif_two_ranks_verified(bench_bin, algo):
+    # --local-ranks over dpdk: the forked ranks get a memif mesh (no root, no hugepages).
+    # As shipped: no EAL arguments from the environment, the default 16 KiB memif buffers.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTIREDUCE_", "GLOO_"))}
+    p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "dpdk", "--elements", "100000",
+                        "--iteration-count", "5", "--warmup-iters", "3", algo],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=60)
+    if p.returncode == 2 and "in this build" in p.stderr:
+        pytest.skip("the dpdk transport is not in this build")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "verify=true" in p.stdout and "processes=2" in p.stdout, p.stdout
+    assert "Device:      optireduce datagram device (dpdk [net_memif0]" in p.stdout, p.stdout
+    rows = parse_rows(p.stdout)
+    assert len(rows) == 1, p.stdout
+    size, elements, iterations = int(rows[0][0]), int(rows[0][1]), int(rows[0][7])
+    assert (size, elements, iterations) == (400000, 100000, 5), rows[0]
+    assert float(rows[0][9]) < 1e-6, rows[0]  # rel err of the verified run
+
+
+def test_dpdk_second_interface_is_refused(bench_bin):
+    p = run(bench_bin, "--local-ranks", "2", "-t", "dpdk", "--tcp-device", "eth0,eth1",
+            "allreduce_ring")
+    if "in this build" in p.stderr:
+        pytest.skip("the dpdk transport is not in this build")
+    assert p.returncode == 2, p.stderr
+    assert "--tcp-device" in p.stderr and "OPTIREDUCE_EAL_ARGS" in p.stderr, p.stderr

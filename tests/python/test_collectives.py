@@ -133,3 +133,32 @@ def test_dpdk_memif(run_job, ranks, algo):
     job = run_job("collectives_worker.py", ranks, rank_env, ["--import-optireduce", "--small"],
                   timeout=400)
     expect_counters(job.results(), algo, "DPDK")
+
+
+@pytest.mark.parametrize("algo", ["ring", "optireduce"])
+def test_dpdk_memif_new_group(run_job, algo):
+    # torch makes a device per process group; over DPDK they are all the process's one
+    # device (one EAL, one memif port), and each group's traffic stays in its own context.
+    if not have_dpdk():
+        pytest.skip("this build has no DPDK device")
+
+    def rank_env(rank, job_dir):
+        role = "server" if rank == 0 else "client"
+        eal = ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
+               f"--vdev=net_memif0,role={role},id=0,socket={job_dir}/0-1.sock,"
+               "socket-abstract=no")
+        env = job_env(algo, "DPDK", "import")
+        env["OPTIREDUCE_EAL_ARGS"] = eal
+        env["OPTIREDUCE_HADAMARD"] = "0"  # exact float sums in OptiReduce mode too
+        return env
+
+    job = run_job("new_group_worker.py", 2, rank_env, timeout=120)
+    for res in job.results():
+        assert res["checked"] == 3 * 3 + 2 * 3 + 1, res
+        t = res["stats"]["transport"]
+        # Three groups, one device: a second DPDK device would have failed to start.
+        assert t["devices"] == 1 and t["tx_packets"] > 0 and t["rx_packets"] > 0, t
+        c = res["stats"]["interposer"]
+        assert c["errors"] == 0, c
+        if algo == "optireduce":
+            assert c["optireduce_calls"] == 3 * 3 + 2 * 3, c
