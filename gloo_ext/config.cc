@@ -36,7 +36,7 @@ const std::vector<VariableDoc>& Table() {
       {"OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", "integer >= 0 (milliseconds)",
        "bounded-mode time limit per operation; 0 = adaptive (default)"},
       {"OPTIREDUCE_MAX_LOSS", "", "number in [0, 1]",
-       "bounded mode: largest tolerated fraction of lost data per operation (default 0.01)"},
+       "bounded mode: largest tolerated fraction of lost data per operation (default 0.05)"},
       {"OPTIREDUCE_REPAIR_BUDGET", "", "number in [0, 10]",
        "bounded mode: extra time, as a fraction of the bound, to repair an operation above "
        "the loss limit and to wait for a rank that has not started (default 1; 0 = never "
@@ -252,7 +252,7 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   }
   c.timeout = std::chrono::milliseconds(v);
 
-  if (auto s = r.Number("OPTIREDUCE_MAX_LOSS", 0, 1, "a number in [0, 1], e.g. 0.01",
+  if (auto s = r.Number("OPTIREDUCE_MAX_LOSS", 0, 1, "a number in [0, 1], e.g. 0.05",
                         &c.max_loss);
       !s.ok()) {
     return s;

@@ -47,7 +47,7 @@ struct Config {
   std::chrono::milliseconds timeout{0};
   // Bounded mode: largest fraction of an operation's data that may be lost before the
   // operation is reported (and, per the lead's policy, redone reliably). In [0, 1].
-  double max_loss = 0.01;
+  double max_loss = 0.05;  // == AllreduceOptions::kDefaultMaxLoss (config_test checks)
   // Bounded mode: time to repair an operation above max_loss (and for a rank that has not
   // started to start), as a fraction of the operation's bound. In [0, 10]; 0 = no repair.
   double repair_budget = 1.0;

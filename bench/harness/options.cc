@@ -130,7 +130,7 @@ std::string BenchUsage(const char* argv0) {
       "      --hadamard=on|off     optireduce: the randomized Hadamard transform (default\n"
       "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n"
       "      --max-loss=F          optireduce: loss fraction above which an operation\n"
-      "                            repairs, then flags damage (default 0.01, as the library)\n"
+      "                            repairs, then flags damage (default 0.05, as the library)\n"
       "  The library's OPTIREDUCE_MAX_LOSS, _TIMEOUT_MS, _REPAIR_BUDGET, _START_GRACE and\n"
       "  _HADAMARD variables set these defaults, as in a PyTorch job; flags override them.\n\n"
       "BENCHMARK is one of: ",

@@ -40,7 +40,7 @@ TEST(ConfigTest, DefaultsWhenNothingIsSet) {
   EXPECT_EQ(c->algo, Algo::kRing);
   EXPECT_EQ(c->hadamard, HadamardSetting::kDefault);
   EXPECT_EQ(c->timeout.count(), 0);
-  EXPECT_DOUBLE_EQ(c->max_loss, 0.01);
+  EXPECT_DOUBLE_EQ(c->max_loss, 0.05);
   // The C++ API and optireduce-bench default to the same limit.
   EXPECT_DOUBLE_EQ(c->max_loss, AllreduceOptions::kDefaultMaxLoss);
   EXPECT_EQ(c->udp_port_base, 0);
@@ -108,7 +108,7 @@ TEST(ConfigTest, DpdkTxSwitches) {
 }
 
 TEST(ConfigTest, MaxLoss) {
-  EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_MAX_LOSS", "0.05"}})->max_loss, 0.05);
+  EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_MAX_LOSS", "0.01"}})->max_loss, 0.01);
   EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_MAX_LOSS", "0"}})->max_loss, 0.0);
   for (const char* bad : {"1.5", "-0.1", "nan", "lots"}) {
     EXPECT_THAT(ErrorOf({{"OPTIREDUCE_MAX_LOSS", bad}}),
