@@ -105,6 +105,8 @@ absl::Status Invalid(absl::string_view name, absl::string_view value,
       absl::StrCat(name, "='", value, "' is not valid; allowed values: ", allowed));
 }
 
+std::optional<bool> ParseBool(absl::string_view value);
+
 class Reader {
  public:
   explicit Reader(const EnvLookup& lookup, Config* config) : lookup_(lookup), config_(config) {}
@@ -132,6 +134,17 @@ class Reader {
       return std::make_optional(std::make_pair(std::string(alias), *alias_value));
     }
     return std::optional<std::pair<std::string, std::string>>();
+  }
+
+  // A switch (0/1, on/off, true/false, yes/no, any case); *out keeps its default if unset.
+  absl::Status Bool(absl::string_view name, bool* out) {
+    auto got = Get(name, "");
+    if (!got.ok()) return got.status();
+    if (!*got) return absl::OkStatus();
+    std::optional<bool> on = ParseBool((*got)->second);
+    if (!on) return Invalid(name, (*got)->second, "0, 1, on, off, true, false");
+    *out = *on;
+    return absl::OkStatus();
   }
 
   absl::Status Uint(absl::string_view name, absl::string_view alias, uint64_t min,
@@ -292,15 +305,7 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
     return Invalid("OPTIREDUCE_UDP_MAX_DATAGRAM", std::to_string(v), "0 or 512..65507");
   }
   c.udp_max_datagram = v;
-  if (auto got = r.Get("OPTIREDUCE_UDP_OFFLOAD"); !got.ok()) {
-    return got.status();
-  } else if (*got) {
-    std::optional<bool> on = ParseBool((*got)->second);
-    if (!on) {
-      return Invalid("OPTIREDUCE_UDP_OFFLOAD", (*got)->second, "0, 1, on, off, true, false");
-    }
-    c.udp_offload = *on;
-  }
+  if (auto s = r.Bool("OPTIREDUCE_UDP_OFFLOAD", &c.udp_offload); !s.ok()) return s;
   v = c.socket_buffer_bytes;
   if (auto s = r.Uint("OPTIREDUCE_SOCKET_BUFFER_BYTES", "", 65536, 1ull << 30, &v); !s.ok()) {
     return s;
@@ -332,15 +337,7 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   v = c.dpdk_udp_port;
   if (auto s = r.Uint("OPTIREDUCE_DPDK_UDP_PORT", "", 0, 65535, &v); !s.ok()) return s;
   c.dpdk_udp_port = static_cast<uint16_t>(v);
-  if (auto got = r.Get("OPTIREDUCE_DPDK_TX_COPY"); !got.ok()) {
-    return got.status();
-  } else if (*got) {
-    std::optional<bool> on = ParseBool((*got)->second);
-    if (!on) {
-      return Invalid("OPTIREDUCE_DPDK_TX_COPY", (*got)->second, "0, 1, on, off, true, false");
-    }
-    c.dpdk_tx_copy = *on;
-  }
+  if (auto s = r.Bool("OPTIREDUCE_DPDK_TX_COPY", &c.dpdk_tx_copy); !s.ok()) return s;
   v = c.dpdk_tx_backlog;
   if (auto s = r.Uint("OPTIREDUCE_DPDK_TX_BACKLOG", "", 32, 2048, &v); !s.ok()) return s;
   c.dpdk_tx_backlog = static_cast<uint32_t>(v);

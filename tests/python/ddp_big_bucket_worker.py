@@ -7,7 +7,6 @@ Writes the parameters' fingerprint (per tensor: sum and 8 sampled values, as flo
 number of steps and the optireduce counters.
 """
 
-import json
 import sys
 
 rank, world, init_method, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -18,6 +17,8 @@ import datetime
 import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import worker_result  # noqa: E402  (this folder: tests/python)
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
@@ -51,12 +52,4 @@ with torch.no_grad():
         fingerprint.append([flat.sum().item()] + flat[idx % flat.numel()].tolist())
 
 result = {"rank": rank, "steps": steps, "grad_bytes": grad_bytes, "fingerprint": fingerprint}
-try:
-    import optireduce
-
-    result["stats"] = optireduce.stats()
-except ImportError:
-    result["stats"] = None
-dist.destroy_process_group()
-with open(out_path, "w") as f:
-    json.dump(result, f)
+worker_result.finish(result, out_path)

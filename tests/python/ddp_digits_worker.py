@@ -6,7 +6,6 @@ Small buckets (bucket_cap_mb) so several allreduces are in flight per step, like
 25 MB buckets on a large model. Writes test accuracy and the optireduce counters.
 """
 
-import json
 import sys
 
 rank, world, init_method, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
@@ -18,6 +17,8 @@ import torch
 import torch.distributed as dist
 from sklearn.datasets import load_digits
 from torch.nn.parallel import DistributedDataParallel as DDP
+
+import worker_result  # noqa: E402  (this folder: tests/python)
 
 torch.set_num_threads(1)
 dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
@@ -60,12 +61,4 @@ with torch.no_grad():
     accuracy = (model(x_test).argmax(1) == y_test).float().mean().item() * 100
 
 result = {"rank": rank, "accuracy": accuracy, "steps": steps}
-try:
-    import optireduce
-
-    result["stats"] = optireduce.stats()
-except ImportError:
-    result["stats"] = None
-dist.destroy_process_group()
-with open(out_path, "w") as f:
-    json.dump(result, f)
+worker_result.finish(result, out_path)
