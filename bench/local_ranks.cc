@@ -17,6 +17,8 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "gloo_ext/config.h"
 
 #include <gloo/rendezvous/context.h>
@@ -129,12 +131,15 @@ void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int s
   // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
   // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
   // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
-  const char* bsize = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE");
-  const unsigned default_bsize = size <= 6 ? 16384 : 9216;
-  spec->eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(
-                       dir, rank, size,
-                       bsize ? static_cast<unsigned>(std::strtoul(bsize, nullptr, 10))
-                             : default_bsize) +
+  unsigned bsize = size <= 6 ? 16384 : 9216;
+  if (const char* env = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE")) {
+    if (!absl::SimpleAtoi(env, &bsize) || (bsize != 0 && (bsize < 1024 || bsize > 65535))) {
+      throw std::invalid_argument(absl::StrCat(
+          "OPTIREDUCE_BENCH_MEMIF_BSIZE='", env,
+          "' is not valid; allowed values: 0 (memif's 2048-byte buffers) or 1024..65535"));
+    }
+  }
+  spec->eal_args = optireduce::transport::dpdk::MemifMeshEalArgs(dir, rank, size, bsize) +
                    " " + optireduce::transport::dpdk::DefaultEalArgs();
   spec->udp_checksum = false;
 #else

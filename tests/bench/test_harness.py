@@ -435,3 +435,15 @@ def test_dpdk_second_interface_is_refused(bench_bin):
         pytest.skip("the dpdk transport is not in this build")
     assert p.returncode == 2, p.stderr
     assert "--tcp-device" in p.stderr and "OPTIREDUCE_EAL_ARGS" in p.stderr, p.stderr
+
+
+def test_dpdk_bad_memif_buffer_size_is_refused(bench_bin):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTIREDUCE_", "GLOO_"))}
+    env["OPTIREDUCE_BENCH_MEMIF_BSIZE"] = "huge"
+    p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "dpdk", "--elements", "1000",
+                        "--iteration-count", "2", "allreduce_ring"], env=env,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    if "in this build" in p.stderr:
+        pytest.skip("the dpdk transport is not in this build")
+    assert p.returncode != 0, p.stdout
+    assert "OPTIREDUCE_BENCH_MEMIF_BSIZE='huge' is not valid" in p.stdout + p.stderr
