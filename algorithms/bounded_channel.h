@@ -129,8 +129,13 @@ class BoundedChannel {
   virtual size_t PacketPayload() const = 0;
 
   // Feedback after each operation: the fraction of the bytes this rank expected that did
-  // not arrive before its phases ended. The transport adapts its incast control to it.
-  virtual void OnOperationDone(double loss_fraction) { (void)loss_fraction; }
+  // not arrive before its phases ended, and whether a phase ran late although every peer
+  // had started (the network's pace, not a straggler's). The transport adapts its incast
+  // control to both.
+  virtual void OnOperationDone(double loss_fraction, bool late) {
+    (void)loss_fraction;
+    (void)late;
+  }
 };
 
 // Implemented by a transport context that owns a bounded channel. The context hands out its

@@ -363,6 +363,7 @@ void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks
   }
 }
 
+
 void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   if (a.type == DataType::kFloat64) {
     Run<double>(a, stats);
@@ -375,7 +376,7 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   stats->damaged = stats->loss_pct > 100.0 * a.max_loss ||
                    LossFraction(stats->phase[0]) > a.max_loss ||
                    !stats->phase[1].estimated_peers.empty();
-  a.channel->OnOperationDone(stats->loss_pct / 100.0);
+  a.channel->OnOperationDone(stats->loss_pct / 100.0, stats->RanLate());
 }
 
 }  // namespace optireduce

@@ -48,6 +48,15 @@ struct OpStats {
   bool damaged = false;
   double duration_ms = 0;
   std::string ToJson() const;
+  // Lateness the sending pace may cause (incast control's other input besides loss):
+  // phase 1's transfer — from the latest peer's first packet to the phase's end, so that
+  // ranks starting apart do not count — took more than 3/4 of its half of the bound, and
+  // no peer was late. (Phase 2 waits for the owners' own phase 1: skew, not the network.)
+  bool RanLate() const {
+    const PhaseStats& p = phase[0];
+    if (start_lag_ms < 0 || start_lag_gave_up || !p.late_peers.empty()) return false;
+    return p.ms - start_lag_ms > 0.75 * bound_ms / 2;
+  }
 };
 
 struct CumulativeStats {

@@ -470,6 +470,29 @@ TEST(BoundedTranspose, DefaultHadamardIsOnInOptiReduceModeOnly) {
   });
 }
 
+// Incast control's lateness input: phase 1's transfer from the latest peer's first packet,
+// against 3/4 of the phase's half of the bound; never when a peer was late or given up.
+TEST(OpStats, RanLateCountsPhaseOnesTransferNotTheRanksSkew) {
+  OpStats s;
+  s.bound_ms = 200;  // phase 1's share 100 ms, late beyond 75 ms of transfer
+  s.start_lag_ms = 10;
+  s.phase[0].ms = 80;
+  EXPECT_FALSE(s.RanLate());  // 70 ms of transfer
+  s.phase[0].ms = 90;
+  EXPECT_TRUE(s.RanLate());   // 80 ms
+  s.start_lag_ms = 60;
+  EXPECT_FALSE(s.RanLate());  // the same phase, but most of it waited for a late start
+  s.start_lag_ms = 5;
+  s.phase[0].late_peers = {3};
+  EXPECT_FALSE(s.RanLate());  // a late peer: a straggler's doing
+  s.phase[0].late_peers.clear();
+  s.start_lag_gave_up = true;
+  EXPECT_FALSE(s.RanLate());
+  s.start_lag_gave_up = false;
+  s.start_lag_ms = -1;  // not measured
+  EXPECT_FALSE(s.RanLate());
+}
+
 TEST(BoundedTranspose, WithoutBoundedServiceRunsExactTar) {
   RunThreads(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
     std::vector<int64_t> v(1000, ctx->rank + 1);

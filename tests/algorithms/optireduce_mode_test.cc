@@ -244,8 +244,9 @@ TEST(OptiReduceModeUdp, HeavyLossRepairsToExactEveryTime) {
 
 TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
   // The Gloo context hands OptiReduce mode our endpoint itself, so the per-operation loss
-  // feedback reaches the engine's limit of concurrent senders (it starts at 1 and grows
-  // after a run of loss-free operations; any loss halves it).
+  // and lateness feedback reaches the engine's limit of concurrent senders (it starts at 1
+  // and grows after a run of loss-free, timely operations; loss halves it, lateness takes
+  // one off).
   testing::RankOptions options;
   options.device = [](int) { return transport::loop::CreateDevice(); };
   testing::RunThreads(4, [&](const std::shared_ptr<gloo::Context>& ctx) {
@@ -256,7 +257,7 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
     transport::IncastControl model(ctx->size - 1, 1);
     for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
       Result r = Reduce(ctx, policy, step % 4, 0.05);
-      if (r.stats.mode == "bounded") model.OnOperation(r.stats.loss_pct / 100);
+      if (r.stats.mode == "bounded") model.OnOperation(r.stats.loss_pct / 100, r.stats.RanLate());
     }
     EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
     EXPECT_GE(model.senders(), 1);

@@ -34,6 +34,18 @@ TEST(IncastControl, HalvesOnLossAndRestartsTheCleanRun) {
   EXPECT_EQ(c.OnOperation(0.0), 2);
 }
 
+TEST(IncastControl, LatenessTakesOneSenderOffAndRestartsTheCleanRun) {
+  IncastControl c(7, 5);
+  EXPECT_EQ(c.OnOperation(0.0, /*late=*/true), 4);
+  EXPECT_EQ(c.OnOperation(0.0, true), 3);
+  EXPECT_EQ(c.OnOperation(0.02, true), 1);  // loss halves, whatever the lateness
+  EXPECT_EQ(c.OnOperation(0.0, true), 1);   // never below one
+  for (int i = 1; i < IncastControl::kCleanOpsToGrow; i++) c.OnOperation(0.0);
+  c.OnOperation(0.0, true);  // a late operation in a clean run starts it again
+  for (int i = 1; i < IncastControl::kCleanOpsToGrow; i++) EXPECT_EQ(c.OnOperation(0.0), 1);
+  EXPECT_EQ(c.OnOperation(0.0), 2);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace optireduce

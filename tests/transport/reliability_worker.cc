@@ -412,7 +412,9 @@ class KillingChannel : public BoundedChannel {
     inner_->FinishSends(op, deadline);
   }
   size_t PacketPayload() const override { return inner_->PacketPayload(); }
-  void OnOperationDone(double loss_fraction) override { inner_->OnOperationDone(loss_fraction); }
+  void OnOperationDone(double loss_fraction, bool late) override {
+    inner_->OnOperationDone(loss_fraction, late);
+  }
 
  private:
   class KillingReceive : public BoundedReceive {

@@ -76,9 +76,9 @@ void BoundedEndpoint::FinishSends(uint64_t op, BoundedClock::time_point deadline
 
 void BoundedEndpoint::Detach(uint64_t op) { sources_.Detach(op); }
 
-void BoundedEndpoint::OnOperationDone(double loss_fraction) {
+void BoundedEndpoint::OnOperationDone(double loss_fraction, bool late) {
   const int before = incast_.senders();
-  if (incast_.OnOperation(loss_fraction) != before) {
+  if (incast_.OnOperation(loss_fraction, late) != before) {
     engine_->SetBoundedSenders(ctx_, incast_.senders());
   }
 }

@@ -31,7 +31,7 @@ class BoundedEndpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;
-  void OnOperationDone(double loss_fraction) override;
+  void OnOperationDone(double loss_fraction, bool late) override;
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
   // Peers the engine sends this context's bounded data to at once (incast control).

@@ -1,10 +1,13 @@
-// How many peers a rank's bounded sends go to at once, adapted from observed loss.
+// How many peers a rank's bounded sends go to at once, adapted from observed loss and
+// lateness.
 //
 // TAR's staggered order gives every receiver one sender per step when each rank sends to
 // one peer at a time; more concurrent senders can use paths a single flow leaves idle but
 // turn each phase into an N-to-1 burst at the receivers. Additive increase after a run of
 // loss-free operations, multiplicative decrease on loss: where the receivers overflow the
-// limit falls back to one sender per receiver; where nothing is lost it rises to N-1.
+// limit falls back to one sender per receiver; where nothing is lost it rises to N-1. An
+// operation that lost nothing but ran late (a phase used most of its time although every
+// peer had started: queues, not drops) takes one sender off and restarts the clean run.
 #pragma once
 
 namespace optireduce {
@@ -16,7 +19,7 @@ class IncastControl {
   IncastControl(int max_senders, int initial);
 
   // The outcome of one operation on this rank; returns the new limit.
-  int OnOperation(double loss_fraction);
+  int OnOperation(double loss_fraction, bool late = false);
   int senders() const { return senders_; }
 
   // Loss-free operations needed before one more concurrent sender.
