@@ -59,6 +59,21 @@ def apply_knobs(lab, args):
             lab.set_rate(r, v)
 
 
+# --transport dpdk: each rank's DPDK device takes its namespace's eth0 through af_packet (no
+# NIC, no hugepages), with the large receive ring af_packet needs; OPTIREDUCE_EAL_ARGS in
+# our environment overrides it.
+DPDK_EAL_ARGS = ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
+                 "--vdev=net_af_packet0,iface=eth0,framecnt=16384,blocksz=4096,framesz=2048")
+
+
+def rank_env(args):
+    """The environment of every rank's optireduce-bench: ours, plus the dpdk ports."""
+    env = dict(os.environ)
+    if args.transport == "dpdk":
+        env.setdefault("OPTIREDUCE_EAL_ARGS", DPDK_EAL_ARGS)
+    return env
+
+
 def bench_cmd(args, lab, rank, algo, extra, shared, prefix):
     return [args.bench_bin, "--size", str(lab.ranks), "--rank", str(rank),
             "--shared-path", shared, "--prefix", prefix, "--tcp-device", "eth0",
@@ -78,7 +93,8 @@ def start_background(lab, args):
                             (["--straggler-ms-dist", args.bg_gap_ms_dist, "--seed", str(j + 7)]
                              if args.bg_gap_ms_dist else []),
                             shared, "bg%d" % j)
-            procs.append(lab.spawn(r, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+            procs.append(lab.spawn(r, cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                   env=rank_env(args)))
     if procs:
         time.sleep(args.bg_settle)
         dead = [p for p in procs if p.poll() is not None]
@@ -129,7 +145,7 @@ def measured_bench(lab, args, algo, extra, tag):
     shared = os.path.join(lab.tmp, "fg-%s" % tag)
     os.makedirs(shared, exist_ok=True)
     cmds = [bench_cmd(args, lab, r, algo, extra, shared, "fg") for r in range(lab.ranks)]
-    return run_ranks(lab, cmds, args.job_timeout)
+    return run_ranks(lab, cmds, args.job_timeout, env=rank_env(args))
 
 
 def report_failure(rc, errs):
