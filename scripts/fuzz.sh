@@ -17,6 +17,9 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 BUILD_DIR=${OPTIREDUCE_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${OPTIREDUCE_FUZZ_JOBS:-2}
+# OPTIREDUCE_FUZZ_SEED=N: libFuzzer's -seed (CI sets one, so a run explores the same way
+# each time up to machine speed; unset: a new seed per run).
+SEED_FLAG=${OPTIREDUCE_FUZZ_SEED:+-seed=$OPTIREDUCE_FUZZ_SEED}
 command -v clang++ >/dev/null || { echo "fuzz.sh: clang++ not found" >&2; exit 2; }
 
 if [ ! -f "$BUILD_DIR/build.ninja" ]; then
@@ -31,7 +34,7 @@ for t in "${TARGETS[@]}"; do
   mkdir -p "$out/corpus"
   echo "== fuzz_$t for ${SECONDS_EACH}s"
   # New corpus entries go to $out/corpus (the committed seeds stay untouched).
-  if ! "$BUILD_DIR/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 \
+  if ! "$BUILD_DIR/tests/fuzz/fuzz_$t" -max_total_time="$SECONDS_EACH" -timeout=10 $SEED_FLAG \
       -rss_limit_mb=2048 -artifact_prefix="$out/" -print_final_stats=1 \
       "$out/corpus" "tests/fuzz/corpus/$t" 2>"$out/log.txt"; then
     echo "fuzz_$t FAILED: see $out/log.txt and the crash-*/leak-*/timeout-* files in $out/" >&2
