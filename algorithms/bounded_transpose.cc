@@ -363,7 +363,6 @@ void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks
   }
 }
 
-
 void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   if (a.type == DataType::kFloat64) {
     Run<double>(a, stats);

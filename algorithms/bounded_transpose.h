@@ -37,7 +37,7 @@ struct BoundedTransposeArgs {
   DataType type = DataType::kFloat32;
   uint64_t op = 0;  // the same on every rank for the same operation
   TimeBound bound;
-  double max_loss = 0.01;  // set by the caller (AllreduceOptions::maxLoss)
+  double max_loss = 0.05;  // set by the caller (AllreduceOptions::maxLoss)
   Compensation compensation = Compensation::kDebias;
   // Transform the result back (inverse Hadamard with this seed and layout) while placing
   // the other owners' shards, block by block: each block is written and transformed while
