@@ -143,12 +143,8 @@ def test_dpdk_memif_new_group(run_job, algo):
         pytest.skip("this build has no DPDK device")
 
     def rank_env(rank, job_dir):
-        role = "server" if rank == 0 else "client"
-        eal = ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
-               f"--vdev=net_memif0,role={role},id=0,socket={job_dir}/0-1.sock,"
-               "socket-abstract=no")
         env = job_env(algo, "DPDK", "import")
-        env["OPTIREDUCE_EAL_ARGS"] = eal
+        env["OPTIREDUCE_EAL_ARGS"] = memif_mesh_eal(rank, 2, job_dir)
         env["OPTIREDUCE_HADAMARD"] = "0"  # exact float sums in OptiReduce mode too
         return env
 
