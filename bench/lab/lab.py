@@ -158,7 +158,7 @@ def report_failure(rc, errs):
 def cmd_run(args):
     if not args.command:
         raise SystemExit("error: run: give the command after --")
-    with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
+    with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         cmds = []
@@ -177,7 +177,7 @@ def cmd_bench(args):
     extra = list(args.harness_args)
     if args.straggler_ms_dist:
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
-    with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
+    with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         rc, out, errs = measured_bench(lab, args, args.algo, extra, "main")
@@ -217,7 +217,7 @@ def cmd_calibrate(args):
     print("%4s %10s %10s %9s %8s" % ("K", "p50 (us)", "p99 (us)", "p99/p50", "samples"))
     for k in ks:
         args.bg = k
-        with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
+        with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
             apply_knobs(lab, args)
             start_background(lab, args)
             v = sorted(timed_samples(lab, args, args.algo, "k%d" % k))
@@ -262,7 +262,7 @@ def cmd_experiment(args):
                 args.bg = k
                 args.straggler_ms_dist = straggler
                 # Each algorithm in a fresh lab and processes (see bench/README.md).
-                with cloudlab.Lab(args.ranks, mtu=args.mtu) as lab:
+                with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
                     apply_knobs(lab, args)
                     start_background(lab, args)
                     v = timed_samples(lab, args, algo, "%s-%s" % (env, algo))
@@ -296,7 +296,11 @@ def build_parser():
         p.add_argument("--ranks", type=int, default=4, help="ranks (namespaces), default 4")
         p.add_argument("--drop", action="append", metavar="RANKS:P",
                        help="random loss, e.g. all:0.01 or 1,2:0.05 (tc eBPF); repeatable")
-        p.add_argument("--drop-direction", choices=["in", "out", "both"], default="both")
+        p.add_argument("--drop-direction", choices=["in", "out", "both"], default="in",
+                       help="in (default): packets entering the rank, one at a time (the "
+                            "bridge segments bursts first), so every packet crosses one drop; "
+                            "out/both also drop what the rank sends, as whole 64 KiB "
+                            "segmentation bursts")
         p.add_argument("--rate", action="append", metavar="RANKS:RATE",
                        help="tbf rate limit, e.g. all:2gbit; repeatable")
         p.add_argument("--bg", type=int, default=0, help="background allreduce jobs (K)")
@@ -311,6 +315,10 @@ def build_parser():
         p.add_argument("--transport", default="tcp", choices=["tcp", "udp", "dpdk"])
         p.add_argument("--mtu", type=int, default=cloudlab.DEFAULT_MTU,
                        help="MTU of every link (default %d: cloud jumbo frames)" % cloudlab.DEFAULT_MTU)
+        p.add_argument("--gso-bursts", action="store_true",
+                       help="let 64 KiB TCP/UDP segmentation bursts cross the links whole, so "
+                            "a --drop loses a whole burst (the lab before session 8); default: "
+                            "one packet per frame, as on a cloud wire")
         p.add_argument("--timeout", type=int, default=120,
                        help="the harness's rendezvous/operation timeout (s)")
         p.add_argument("--job-timeout", type=int, default=900,

@@ -69,6 +69,23 @@ def test_setup_and_teardown_after_success():
     assert not os.path.exists(l.tmp)
 
 
+def test_links_towards_a_rank_carry_one_packet_per_frame():
+    # A drop entering a rank must lose one packet, as on a cloud wire, not a 64 KiB
+    # segmentation burst: the bridge ports have gso_max_segs 1 (the kernel segments there),
+    # while the ranks' own eth0 keep building bursts (a vNIC's offload). --gso-bursts
+    # (cloudlab wire_segments=False) keeps the kernel's default everywhere.
+    import cloudlab
+    for segments, port_want in ((True, "gso_max_segs 1 "), (False, "gso_max_segs 65535 ")):
+        with cloudlab.Lab(2, wire_segments=segments) as l:
+            rank = subprocess.run(["ip", "-n", l.ns[0], "-d", "link", "show", "eth0"],
+                                  stdout=subprocess.PIPE, text=True).stdout
+            port = subprocess.run(["ip", "-n", l.bridge_ns, "-d", "link", "show", "p1"],
+                                  stdout=subprocess.PIPE, text=True).stdout
+            assert "gso_max_segs 65535 " in rank, rank
+            assert port_want in port, port
+    assert not lab_names_of(os.getpid())
+
+
 def test_bad_mtu_is_refused_before_anything_is_made():
     import cloudlab
     before = netns()
