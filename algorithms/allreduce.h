@@ -81,14 +81,8 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   const gloo::detail::AllreduceOptionsImpl& glooOptions() const { return impl_; }
 
   static constexpr size_t kDefaultMaxSegmentBytes = 32 * 1024 * 1024;
-  // One default for every entry point (this API, OPTIREDUCE_MAX_LOSS, optireduce-bench): a
-  // benchmark of the C++ API measures what a PyTorch job gets. 5%, as issue 5 suggests: a
-  // limit for abnormal loss, not for the ~1% a lossy cloud path drops all the time (then
-  // half of the operations would repair, adding traffic when the path is already lossy);
-  // the Hadamard transform and debiasing keep the error of a few % loss small
-  // (BoundedTranspose.LossIsBoundedMeasuredAndSmall). Measured in the lab (bench/README.md,
-  // session 8): at 1% loss 0.01 and 0.05 gave the same tail within noise.
-  static constexpr double kDefaultMaxLoss = 0.05;
+  // The loss limit of every entry point (this API, OPTIREDUCE_MAX_LOSS, optireduce-bench).
+  static constexpr double kDefaultMaxLoss = optireduce::kDefaultMaxLoss;
   // OptiReduce mode's default Hadamard block (2^17 elements): a lost 1 KiB packet's damage
   // spreads over 512x more coordinates than its size. Measured end to end at 1% loss
   // (tests/algorithms/bounded_transpose_test) the max-abs error shrinks 4.3x with 2^15,
