@@ -229,23 +229,22 @@ void RunRank(const RedisOptions& options, int rank, int size, float base, RankRe
     auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
     ctx->setTimeout(milliseconds(15000));
     ctx->connectFullMesh(**store, dev);
-    out->data.resize(kElements);
-    for (int i = 0; i < kElements; ++i) out->data[i] = base + (rank + 1) + (i % 7);
+    // This rank's inputs into `v`, and `opts` set to sum them in place.
+    auto sum_of = [&](std::vector<float>* v, gloo::AllreduceOptions* opts) {
+      v->resize(kElements);
+      for (int i = 0; i < kElements; ++i) (*v)[i] = base + (rank + 1) + (i % 7);
+      opts->setOutput(v->data(), v->size());
+      opts->setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+          &gloo::sum<float>));
+      opts->setTimeout(milliseconds(15000));
+    };
     gloo::AllreduceOptions opts(ctx);
-    opts.setOutput(out->data.data(), out->data.size());
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-        &gloo::sum<float>));
-    opts.setTimeout(milliseconds(15000));
+    sum_of(&out->data, &opts);
     gloo::allreduce(opts);
     if (device == Device::kOurUdp) {
       // The same inputs again, reduced by TAR over the same context.
-      out->tar.resize(kElements);
-      for (int i = 0; i < kElements; ++i) out->tar[i] = base + (rank + 1) + (i % 7);
       optireduce::AllreduceOptions tar(ctx);
-      tar.setOutput(out->tar.data(), out->tar.size());
-      tar.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
-          &gloo::sum<float>));
-      tar.setTimeout(milliseconds(15000));
+      sum_of(&out->tar, &tar);
       optireduce::allreduce(tar);
     }
     absl::Status finished = (*store)->Finish();
