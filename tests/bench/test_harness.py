@@ -447,3 +447,18 @@ def test_dpdk_bad_memif_buffer_size_is_refused(bench_bin):
         pytest.skip("the dpdk transport is not in this build")
     assert p.returncode != 0, p.stdout
     assert "OPTIREDUCE_BENCH_MEMIF_BSIZE='huge' is not valid" in p.stdout + p.stderr
+
+
+def test_timeout_variable_caps_the_bound(bench_bin, tmp_path):
+    # OPTIREDUCE_TIMEOUT_MS reaches the bench's OptiReduce mode as in a PyTorch job: every
+    # bounded operation's bound is at most the cap, and says it was capped.
+    # 16 MiB operations: their adaptive bound is far above 3 ms (the floor is 2 ms).
+    flags = ["--iteration-count", "5", "--elements", "4194304"]
+    rows = bounded_ops(bench_bin, tmp_path / "capped.jsonl", 2, flags,
+                       {"OPTIREDUCE_TIMEOUT_MS": "3"})
+    assert rows
+    for r in rows:
+        assert r["bound_ms"] <= 3.0 and r["bound_capped"], r
+    uncapped = bounded_ops(bench_bin, tmp_path / "free.jsonl", 2, flags)
+    assert uncapped and not any(r["bound_capped"] for r in uncapped), uncapped[0]
+    assert min(r["bound_ms"] for r in uncapped) > 3.0, uncapped[0]
