@@ -13,6 +13,7 @@ See bench/README.md for what each experiment measures.
 """
 
 import argparse
+import copy
 import csv
 import os
 import subprocess
@@ -233,6 +234,21 @@ def cmd_calibrate(args):
     return 0
 
 
+TRANSPORTS = ("tcp", "udp", "dpdk")
+
+
+def parse_algo_at_transport(spec, default_transport):
+    """'ALGO' or 'ALGO@TRANSPORT' (one --algos entry) -> (algo, transport, label); the label
+    names the transport only where the entry did."""
+    algo, at, transport = spec.partition("@")
+    if not algo:
+        raise SystemExit("error: --algos: '%s' has no algorithm name" % spec)
+    if at and transport not in TRANSPORTS:
+        raise SystemExit("error: --algos: '%s': transport '%s' is not one of %s" %
+                         (spec, transport, ", ".join(TRANSPORTS)))
+    return algo, transport if at else default_transport, spec
+
+
 def cmd_experiment(args):
     """Every algorithm in every environment (NAME:K background jobs); writes samples.csv
     (all iterations) and summary.csv to --out, then the plots."""
@@ -245,7 +261,7 @@ def cmd_experiment(args):
         except ValueError:
             raise SystemExit("error: --env '%s': expected NAME:K[:STRAGGLER_DIST], e.g. p15:2 "
                              "or slow:0:exp:30" % e)
-    algos = args.algos.split(",")
+    algos = [parse_algo_at_transport(a, args.transport) for a in args.algos.split(",")]
     os.makedirs(args.out, exist_ok=True)
     samples_path = os.path.join(args.out, "samples.csv")
     summary_path = os.path.join(args.out, "summary.csv")
@@ -254,29 +270,34 @@ def cmd_experiment(args):
         ws.writerow(["env", "bg", "algo", "elements", "iteration", "us"])
         wm = csv.writer(fm)
         wm.writerow(["env", "bg", "algo", "elements", "p50_us", "p99_us", "p99_over_p50",
-                     "busbw_gbps", "samples"])
-        print("%-8s %3s %-28s %10s %10s %8s %10s" %
-              ("env", "K", "algorithm", "p50 (us)", "p99 (us)", "p99/p50", "busbw GB/s"))
+                     "busbw_gbps", "samples", "transport", "gbps"])
+        print("%-8s %3s %-28s %10s %10s %8s %10s %8s" %
+              ("env", "K", "algorithm", "p50 (us)", "p99 (us)", "p99/p50", "busbw GB/s", "GB/s"))
         for env, k, straggler in envs:
-            for algo in algos:
+            for algo, transport, label in algos:
                 args.bg = k
                 args.straggler_ms_dist = straggler
+                measured = copy.copy(args)  # background jobs keep the lab's --transport
+                measured.transport = transport
                 # Each algorithm in a fresh lab and processes (see bench/README.md).
                 with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
                     apply_knobs(lab, args)
                     start_background(lab, args)
-                    v = timed_samples(lab, args, algo, "%s-%s" % (env, algo))
+                    v = timed_samples(lab, measured, algo, "%s-%s-%s" % (env, algo, transport))
                 for i, us in enumerate(v):
-                    ws.writerow([env, k, algo, args.elements, i, "%.3f" % us])
+                    ws.writerow([env, k, label, args.elements, i, "%.3f" % us])
                 s = sorted(v)
                 p50, p99 = percentile(s, 0.5), percentile(s, 0.99)
                 n = args.ranks
                 busbw = 2.0 * (n - 1) / n * args.elements * 4 / (p50 * 1e-6) / 1e9
-                wm.writerow([env, k, algo, args.elements, "%.1f" % p50, "%.1f" % p99,
-                             "%.3f" % (p99 / p50), "%.4f" % busbw, len(v)])
+                # Gloo's harness's bandwidth: bytes of one buffer x iterations / total time.
+                gbps = args.elements * 4 * len(v) / (sum(v) * 1e-6) / 1e9
+                wm.writerow([env, k, label, args.elements, "%.1f" % p50, "%.1f" % p99,
+                             "%.3f" % (p99 / p50), "%.4f" % busbw, len(v), transport,
+                             "%.4f" % gbps])
                 fm.flush()
-                print("%-8s %3d %-28s %10.0f %10.0f %8.2f %10.3f" %
-                      (env, k, algo, p50, p99, p99 / p50, busbw), flush=True)
+                print("%-8s %3d %-28s %10.0f %10.0f %8.2f %10.3f %8.3f" %
+                      (env, k, label, p50, p99, p99 / p50, busbw, gbps), flush=True)
     import plots
     plots.plot_all(samples_path, summary_path, args.out)
     return 0
@@ -349,7 +370,12 @@ def build_parser():
             p.add_argument("--bg-list", default="0,1,2,4,8")
             p.add_argument("--csv")
         else:
-            p.add_argument("--algos", default="allreduce_ring,allreduce_bcube,allreduce,transpose,optireduce")
+            p.add_argument("--algos", default="allreduce_ring,allreduce_ring_chunked,"
+                           "allreduce_halving_doubling,allreduce_bcube,allreduce,transpose,"
+                           "optireduce@udp",
+                           help="comma-separated ALGO or ALGO@TRANSPORT (tcp, udp, dpdk; "
+                                "default --transport), e.g. transpose@udp,optireduce@udp "
+                                "(default: every Gloo algorithm, TAR, OptiReduce mode on udp)")
             p.add_argument("--env", action="append", required=True, metavar="NAME:K[:DIST]",
                            help="an environment: K background jobs and optionally a "
                                 "straggler delay distribution, e.g. bg2:2 or slow:0:exp:30")

@@ -206,3 +206,30 @@ def test_bench_in_lab_over_dpdk_af_packet(bench_bin, algo):
     if algo == "optireduce":
         assert "done" in row[0][10] or "early" in row[0][10], row
     assert not lab_names_of(os.getpid())
+
+
+def test_experiment_runs_each_algorithm_on_its_own_transport(bench_bin, tmp_path):
+    # --algos ALGO@TRANSPORT: OptiReduce mode on our UDP next to Gloo's ring on the lab's TCP
+    # in one table; the summary names each row's transport and Gloo's bandwidth.
+    import csv
+    p = lab("experiment", "--ranks", "2", "--bench-bin", bench_bin, "--env", "ideal:0",
+            "--algos", "allreduce_ring,optireduce@udp", "--elements", "20000",
+            "--iterations", "10", "--out", str(tmp_path), timeout=240)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["algo"], r["transport"]) for r in rows] == [("allreduce_ring", "tcp"),
+                                                          ("optireduce@udp", "udp")]
+    for r in rows:
+        assert int(r["samples"]) == 10 and float(r["gbps"]) > 0, r
+    assert (tmp_path / "cdf.png").stat().st_size > 0
+    assert not lab_names_of(os.getpid())
+
+
+def test_experiment_refuses_an_unknown_transport_before_making_anything(tmp_path):
+    p = lab("experiment", "--ranks", "2", "--env", "ideal:0", "--algos", "allreduce_ring@rdma",
+            "--out", str(tmp_path / "out"))
+    assert p.returncode != 0
+    assert "transport 'rdma' is not one of tcp, udp, dpdk" in p.stderr, p.stderr
+    assert not (tmp_path / "out").exists()
+    assert not lab_names_of(os.getpid())
