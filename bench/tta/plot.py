@@ -13,7 +13,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABELS = {"ring": "Gloo ring, TCP", "tar": "TAR, TCP", "optireduce": "OptiReduce mode, UDP"}
+LABELS = {"ring": "Gloo ring, TCP", "tar": "TAR, TCP", "tar_udp": "TAR, our UDP",
+          "optireduce": "OptiReduce mode, UDP"}
 
 
 def plot_tta(curve_rows, summary_rows, path, target=None):

@@ -7,12 +7,15 @@ rendezvous) training the same MLP on sklearn's digits (tta_worker.py). Configura
 
   ring        stock Gloo ring allreduce over Gloo's TCP (optireduce not loaded)
   tar         GLOO_ALGO=transpose: TAR (reliable, exact) over Gloo's TCP, optireduce loaded
+  tar_udp     GLOO_ALGO=transpose over GLOO_DEVICE_TRANSPORT=UDP: TAR over our UDP transport,
+              which retransmits what is lost (an environment's injected loss applies)
   optireduce  GLOO_ALGO=optireduce over GLOO_DEVICE_TRANSPORT=UDP (bounded OptiReduce mode);
-              an environment's injected loss (OPTIREDUCE_FAULTS drop=P) applies here only
+              an environment's injected loss (OPTIREDUCE_FAULTS drop=P) applies here and to
+              tar_udp only (Gloo's TCP cannot lose packets on loopback)
 
 Environments (--env NAME:DIST[@LOSS], repeatable): rank `--straggler-rank` sleeps a delay
 drawn from DIST (none, const:X, exp:MEAN, uniform:A:B, normal:MEAN:STD, pareto:SCALE:SHAPE,
-ms) before each step; LOSS is the injected receive loss of the optireduce config (with
+ms) before each step; LOSS is the injected receive loss of our UDP transport (with
 --lab: real packet loss on every rank's link, for every config).
 
 Output: a progress line per evaluation, a table (time to --target accuracy, final accuracy,
@@ -51,6 +54,7 @@ WORKER = os.path.join(HERE, "tta_worker.py")
 CONFIGS = {
     "ring": "Gloo ring, TCP",
     "tar": "TAR, TCP",
+    "tar_udp": "TAR, our UDP",
     "optireduce": "OptiReduce mode, UDP",
 }
 # Calibrated on this 2-core machine (README "Time to accuracy"): Gloo ring's per-step sync
@@ -108,8 +112,12 @@ def rank_env(config, loss, lib, seed, repair_budget=None, start_grace=None):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if config != "ring":
         env["OPTIREDUCE_TORCH_LIB"] = lib
-    if config == "tar":
+    if config in ("tar", "tar_udp"):
         env["GLOO_ALGO"] = "transpose"
+    if config == "tar_udp":
+        env["GLOO_DEVICE_TRANSPORT"] = "UDP"
+        if loss > 0:
+            env["OPTIREDUCE_FAULTS"] = "drop=%g,seed=%d" % (loss, seed)
     elif config == "optireduce":
         env["GLOO_ALGO"] = "optireduce"
         env["GLOO_DEVICE_TRANSPORT"] = "UDP"
@@ -271,7 +279,7 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     finals = [r["final_accuracy"] for r in results]
     summary = {
         "config": config, "env": env_name, "straggler": dist_spec,
-        "loss": loss if (config == "optireduce" or args.lab) else 0.0,
+        "loss": loss if (config in ("optireduce", "tar_udp") or args.lab) else 0.0,
         # As the library parsed it (OPTIREDUCE_REPAIR_BUDGET), not as this script meant it.
         "repair_budget": (r0.get("config") or {}).get("repair_budget", "")
                          if config == "optireduce" else "",
@@ -292,6 +300,9 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     if stats:
         summary["optireduce_calls"] = stats["interposer"].get("optireduce_calls", 0)
         summary["tar_calls"] = stats["interposer"].get("tar_calls", 0)
+        device = stats.get("transport") or {}
+        if device.get("devices"):  # our UDP/DPDK transport carried the job
+            summary["transport_retransmits"] = device.get("retransmits", 0)
         cum = (stats.get("optireduce") or {}).get("cumulative") or {}
         if cum.get("bytes_expected"):
             summary["received_fraction"] = round(cum["bytes_received"] / cum["bytes_expected"], 5)
@@ -305,7 +316,7 @@ SUMMARY_FIELDS = ["config", "env", "straggler", "loss", "steps", "train_s", "tar
                   "time_to_target_s", "step_to_target", "final_accuracy", "final_accuracy_min",
                   "final_accuracy_max", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
                   "step_p50_ms", "tar_calls", "optireduce_calls", "received_fraction",
-                  "repair_budget", "start_grace", "resync_every"]
+                  "repair_budget", "start_grace", "resync_every", "transport_retransmits"]
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
                     "repaired_ops", "damaged_ops", "stragglers_given_up"]
@@ -485,7 +496,7 @@ def main(argv=None):
     run.add_argument("--env", action="append", default=None, metavar="NAME:DIST[@LOSS]",
                      help="an environment (repeatable; default %s)" % " ".join(DEFAULT_ENVS))
     run.add_argument("--configs", default="ring,tar,optireduce",
-                     help="comma-separated subset of ring,tar,optireduce")
+                     help="comma-separated subset of ring,tar,tar_udp,optireduce")
     run.add_argument("--target", type=float, default=None,
                      help="target test accuracy in %% (default 95; quick 85)")
     run.add_argument("--out", default="tta-results", help="output directory (CSV, PNG)")
@@ -508,7 +519,8 @@ def main(argv=None):
             configs = [c.strip() for c in args.configs.split(",") if c.strip()]
             bad = [c for c in configs if c not in CONFIGS]
             if bad or not configs:
-                p.error("--configs: '%s' is not one of ring, tar, optireduce" % ",".join(bad or [args.configs]))
+                p.error("--configs: '%s' is not one of %s" % (",".join(bad or [args.configs]),
+                                                              ", ".join(CONFIGS)))
             args.configs = configs
             if args.target is None:
                 args.target = 85.0 if args.quick else 95.0
