@@ -1,5 +1,6 @@
 #include "bench/harness/allreduce_bench.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -39,6 +40,14 @@ AllreduceBench::AllreduceBench(const std::string& name, std::shared_ptr<gloo::Co
     for (size_t i = 0; i < elements; i++) pristine_[k][i] = Pattern(context_->rank, int(k), i);
   }
   Refill();
+  // Values start at most size x inputs + 4 (Pattern) and grow at most size x inputs per
+  // iteration; keep them below 1e30 (float overflows at 3.4e38; Hadamard coefficients are
+  // up to sqrt(block) times the values, < 1e3 here).
+  const double growth = double(context_->size) * inputs;
+  const double start = growth + 4;
+  refill_every_ = growth <= 1 ? (1L << 30)
+                              : std::max(1L, long(std::floor(std::log(1e30 / start) /
+                                                             std::log(growth))));
   const int count = static_cast<int>(elements);
   if (name == "allreduce_ring") {
     old_style_.reset(new gloo::AllreduceRing<float>(context_, ptrs_, count));
@@ -64,9 +73,17 @@ void AllreduceBench::Refill() {
   for (size_t k = 0; k < buffers_.size(); k++) {
     std::memcpy(buffers_[k].data(), pristine_[k].data(), elements_ * sizeof(float));
   }
+  since_refill_ = 0;
+}
+
+bool AllreduceBench::RefillIfDue() {
+  if (since_refill_ < refill_every_) return false;
+  Refill();
+  return true;
 }
 
 void AllreduceBench::Run(IterationStats* stats) {
+  since_refill_++;
   *stats = IterationStats{};
   if (old_style_) {
     old_style_->run();

@@ -222,7 +222,7 @@ class RankRunner {
           b.nanos.reserve(std::min(iters, 1L << 20));
           b.stats.reserve(std::min(iters, 1L << 20));
           for (long i = 0; i < iters; i++) {
-            benches[t]->Refill();
+            benches[t]->RefillIfDue();
             if (straggler_ && o_.rank == straggler_rank_) {
               const double ms = straggler_->Draw(rng);
               std::this_thread::sleep_for(std::chrono::duration<double, std::milli>(ms));

@@ -57,6 +57,38 @@ TEST(AllreduceBenchVerify, RefillRestoresThePattern) {
   EXPECT_EQ(b.Verify(0).mismatches, 0u);
 }
 
+TEST(AllreduceBenchVerify, RefillsOnlyBeforeTheSumsCouldOverflow) {
+  // One rank, 2 inputs: each allreduce doubles the values (both outputs get the sum), from
+  // at most 1 x 2 + 4 = 6: 6 x 2^97 < 1e30 < 6 x 2^98.
+  AllreduceBench b("allreduce", OneRankContext(), 64, 2, std::chrono::seconds(10));
+  ASSERT_EQ(b.RefillEvery(), 97);
+  IterationStats st;
+  int refills = 0;
+  for (int i = 0; i < 300; i++) {
+    const bool refilled = b.RefillIfDue();
+    if (refilled) {
+      refills++;
+      EXPECT_EQ(i % 97, 0) << i;
+    }
+    b.Run(&st);
+    // The run after a refill starts from the pattern again: the verified result.
+    if (refilled) {
+      EXPECT_EQ(b.Verify(0).mismatches, 0u) << i;
+    }
+    for (int k = 0; k < 2; k++) {
+      for (int e = 0; e < 64; e++) {
+        ASSERT_TRUE(std::isfinite(b.buffer(k)[e])) << i;
+        ASSERT_LT(std::fabs(b.buffer(k)[e]), 1e30f) << i;
+      }
+    }
+  }
+  EXPECT_EQ(refills, 3);  // before iterations 97, 194 and 291
+  // Without refills the same run overflows: the limit is not loose by orders of magnitude.
+  AllreduceBench never("allreduce", OneRankContext(), 64, 2, std::chrono::seconds(10));
+  for (int i = 0; i < 130; i++) never.Run(&st);
+  EXPECT_FALSE(std::isfinite(never.buffer(0)[0]));
+}
+
 TEST(StragglerDist, ParsesAndDraws) {
   std::mt19937_64 rng(1);
   auto c = StragglerDist::Parse("const:3");
