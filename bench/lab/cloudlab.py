@@ -97,7 +97,7 @@ def _bpf_include_flags():
 class Lab:
     """N ranks in namespaces on one bridge. Use as a context manager."""
 
-    def __init__(self, ranks, tag=None, mtu=DEFAULT_MTU, wire_segments=True):
+    def __init__(self, ranks, tag=None, mtu=DEFAULT_MTU, wire_segments=True, pin_cpus=False):
         if os.geteuid() != 0:
             raise PermissionError("the lab needs root (network namespaces, veth, tc)")
         if not 2 <= ranks <= 200:
@@ -107,6 +107,10 @@ class Lab:
         self.ranks = ranks
         self.mtu = mtu
         self.wire_segments = wire_segments
+        # pin_cpus: every process of rank r runs on one CPU, the (r mod n)-th of ours, as
+        # if each rank had a CPU of its own host; otherwise the scheduler moves every thread
+        # of every rank across all CPUs.
+        self.cpus = sorted(os.sched_getaffinity(0)) if pin_cpus else None
         self.pid = os.getpid()
         self.tag = tag if tag is not None else "%d" % self.pid
         self.ns = ["%s%s-%d" % (NS_PREFIX, self.tag, i) for i in range(ranks)]
@@ -207,9 +211,15 @@ class Lab:
                             "burst", burst, "latency", latency])
 
     # ---- processes ------------------------------------------------------------------
+    def cpu_of(self, rank):
+        """The CPU rank's processes are pinned to, or None (not pinned)."""
+        return self.cpus[rank % len(self.cpus)] if self.cpus else None
+
     def spawn(self, rank, cmd, stdout=None, stderr=None, env=None):
-        """Starts cmd (list) in rank's namespace in its own process group."""
-        p = subprocess.Popen(["ip", "netns", "exec", self.ns[rank]] + cmd, stdout=stdout,
+        """Starts cmd (list) in rank's namespace in its own process group (on its CPU
+        when pinned)."""
+        pin = [] if self.cpus is None else ["taskset", "-c", str(self.cpu_of(rank))]
+        p = subprocess.Popen(["ip", "netns", "exec", self.ns[rank]] + pin + cmd, stdout=stdout,
                              stderr=stderr, start_new_session=True, env=env)
         self.procs.append(p)
         return p

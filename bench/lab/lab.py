@@ -45,6 +45,11 @@ def parse_rank_spec(spec, ranks, what):
     return rs, value
 
 
+def make_lab(args):
+    return cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts,
+                        pin_cpus=args.pin)
+
+
 def apply_knobs(lab, args):
     for spec in args.drop or []:
         rs, v = parse_rank_spec(spec, lab.ranks, "--drop")
@@ -159,7 +164,7 @@ def report_failure(rc, errs):
 def cmd_run(args):
     if not args.command:
         raise SystemExit("error: run: give the command after --")
-    with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
+    with make_lab(args) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         cmds = []
@@ -178,7 +183,7 @@ def cmd_bench(args):
     extra = list(args.harness_args)
     if args.straggler_ms_dist:
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
-    with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
+    with make_lab(args) as lab:
         apply_knobs(lab, args)
         start_background(lab, args)
         rc, out, errs = measured_bench(lab, args, args.algo, extra, "main")
@@ -218,7 +223,7 @@ def cmd_calibrate(args):
     print("%4s %10s %10s %9s %8s" % ("K", "p50 (us)", "p99 (us)", "p99/p50", "samples"))
     for k in ks:
         args.bg = k
-        with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
+        with make_lab(args) as lab:
             apply_knobs(lab, args)
             start_background(lab, args)
             v = sorted(timed_samples(lab, args, args.algo, "k%d" % k))
@@ -280,7 +285,7 @@ def cmd_experiment(args):
                 measured = copy.copy(args)  # background jobs keep the lab's --transport
                 measured.transport = transport
                 # Each algorithm in a fresh lab and processes (see bench/README.md).
-                with cloudlab.Lab(args.ranks, mtu=args.mtu, wire_segments=not args.gso_bursts) as lab:
+                with make_lab(args) as lab:
                     apply_knobs(lab, args)
                     start_background(lab, args)
                     v = timed_samples(lab, measured, algo, "%s-%s-%s" % (env, algo, transport))
@@ -340,6 +345,10 @@ def build_parser():
                        help="let 64 KiB TCP/UDP segmentation bursts cross the links whole, so "
                             "a --drop loses a whole burst (the lab before session 8); default: "
                             "one packet per frame, as on a cloud wire")
+        p.add_argument("--pin", action="store_true",
+                       help="run every process of rank r on one CPU (r mod the CPUs we may "
+                            "use; taskset), as if each rank had a host's CPU of its own; "
+                            "default: the scheduler moves every thread across all CPUs")
         p.add_argument("--timeout", type=int, default=120,
                        help="the harness's rendezvous/operation timeout (s)")
         p.add_argument("--job-timeout", type=int, default=900,

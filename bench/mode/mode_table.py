@@ -61,9 +61,10 @@ def run_local(bench, flags, env_extra, timeout, samples):
         raise RuntimeError(f"{' '.join(cmd)} failed ({p.returncode}):\n{p.stderr[-2000:]}")
 
 
-def run_lab(bench, flags, env_extra, timeout, loss):
-    """One rank per namespace of a fresh lab; `loss` drops on every rank's incoming link."""
-    with cloudlab.Lab(RANKS) as lab:
+def run_lab(bench, flags, env_extra, timeout, loss, pin=False):
+    """One rank per namespace of a fresh lab; `loss` drops on every rank's incoming link;
+    `pin`: each rank's process on one CPU (cloudlab.Lab pin_cpus)."""
+    with cloudlab.Lab(RANKS, pin_cpus=pin) as lab:
         if loss:
             for r in range(RANKS):
                 lab.set_drop(r, loss, "in")
@@ -80,7 +81,7 @@ def run_lab(bench, flags, env_extra, timeout, loss):
 
 
 def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
-        repair_budget=None, where="local", loss=0.0, start_grace=None):
+        repair_budget=None, where="local", loss=0.0, start_grace=None, pin=False):
     with tempfile.TemporaryDirectory() as tmp:
         samples = os.path.join(tmp, "s.csv")
         flags = ["-t", transport, "--elements", str(elements),
@@ -94,7 +95,7 @@ def run(bench, algo, transport, elements, iters, env_extra, straggler, timeout,
             flags += ["--straggler-ms-dist", straggler]
         flags.append(algo)
         if where == "lab":
-            run_lab(bench, flags, env_extra, timeout, loss)
+            run_lab(bench, flags, env_extra, timeout, loss, pin)
         else:
             run_local(bench, flags, env_extra, timeout, samples)
         with open(samples) as f:
@@ -126,6 +127,9 @@ def main():
                     help="OptiReduce rows, one per start grace (budget: a rank that has not "
                          "started keeps the repair budget; learned: P90 x 1.25 of how late "
                          "ranks started), comma-separated, e.g. budget,learned")
+    ap.add_argument("--pin", action="store_true",
+                    help="lab only: every process of rank r on one CPU (r mod the CPUs), as "
+                         "if each rank had a host's CPU of its own (bench/lab --pin)")
     ap.add_argument("--csv", default="")
     ap.add_argument("--bench", default=os.path.join(ROOT, "build", "bench", "optireduce-bench"))
     args = ap.parse_args()
@@ -133,6 +137,8 @@ def main():
         sizes = [int(s) for s in args.sizes.split(",") if s]
     except ValueError:
         ap.error(f"--sizes: expected comma-separated integers, got '{args.sizes}'")
+    if args.pin and args.where != "lab":
+        ap.error("--pin: only with --where lab (ranks in namespaces, one process each)")
     envs = [e for e in args.envs.split(",") if e]
     for e in envs:
         if e not in ("none", "loss", "straggler"):
@@ -189,7 +195,8 @@ def main():
                 if env == "straggler" and auto_scale is not None:
                     if elements not in ring_p50_none:
                         us, _, _ = run(args.bench, "allreduce_ring_chunked", "tcp", elements,
-                                       args.iters, {}, "", timeout=1800, where=args.where)
+                                       args.iters, {}, "", timeout=1800, where=args.where,
+                                       pin=args.pin)
                         ring_p50_none[elements] = percentile(us, 0.5) / 1e3
                     ms = auto_scale * ring_p50_none[elements]
                     straggler = f"spike:{auto_prob}:{ms:.1f}" if auto_prob else f"exp:{ms:.1f}"
@@ -208,13 +215,14 @@ def main():
                 label = f"{name} ({', '.join(detail)})"
                 us, loss, damaged = run(args.bench, algo, transport, elements, args.iters, extra,
                                         straggler, timeout=1800, repair_budget=budget,
-                                        where=args.where, loss=link_loss, start_grace=grace)
+                                        where=args.where, loss=link_loss, start_grace=grace,
+                                        pin=args.pin)
                 p50, p99, p999 = (percentile(us, q) / 1e3 for q in (0.5, 0.99, 0.999))
                 if ring_p99 is None:
                     ring_p99 = p99
                 if env == "none" and algo == "allreduce_ring_chunked":
                     ring_p50_none[elements] = p50
-                row = dict(where=args.where, env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
+                row = dict(where=args.where + ("+pin" if args.pin else ""), env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
                            p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
                            p99_vs_ring=p99 / ring_p99, loss_pct=loss, damaged_pct=damaged,
                            samples=len(us),

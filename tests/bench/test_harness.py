@@ -328,6 +328,7 @@ MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode"
     (["--straggler", "auto-spike:2:1"], "auto-spike"),
     (["--where", "cloud"], "--where"),
     (["--repair-budgets", "1,lots"], "lots"),
+    (["--pin", "--where", "local"], "--pin: only with --where lab"),
 ])
 def test_mode_table_bad_flags(args, needle):
     p = subprocess.run(["/usr/bin/python3", MODE_TABLE] + args, stdout=subprocess.PIPE,

@@ -233,3 +233,21 @@ def test_experiment_refuses_an_unknown_transport_before_making_anything(tmp_path
     assert "transport 'rdma' is not one of tcp, udp, dpdk" in p.stderr, p.stderr
     assert not (tmp_path / "out").exists()
     assert not lab_names_of(os.getpid())
+
+
+@pytest.mark.parametrize("pin", [True, False])
+def test_pin_puts_each_rank_on_one_cpu(tmp_path, pin):
+    # --pin: rank r's processes may run only on the (r mod n)-th CPU we may use; without it
+    # on all of them.
+    p = lab("run", "--ranks", "3", *(["--pin"] if pin else []), "--", "/bin/sh", "-c",
+            "grep Cpus_allowed_list /proc/self/status > %s/cpu{rank}" % tmp_path)
+    assert p.returncode == 0, p.stderr
+    cpus = sorted(os.sched_getaffinity(0))
+    for r in range(3):
+        allowed = (tmp_path / ("cpu%d" % r)).read_text().split()[-1]
+        got = set()
+        for part in allowed.split(","):
+            lo, _, hi = part.partition("-")
+            got |= set(range(int(lo), int(hi or lo) + 1))
+        assert got == ({cpus[r % len(cpus)]} if pin else set(cpus)), (r, allowed)
+    assert not lab_names_of(os.getpid())
