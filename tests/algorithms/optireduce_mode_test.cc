@@ -367,5 +367,62 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   }, options);
 }
 
+TEST(OptiReduceModeLoop, AStragglerStillCatchingUpIsNotWaitedForAgain) {
+  // With the learned grace, a rank given up in one operation that is still busy with it
+  // (its payloads of it keep arriving) is given up at once in the next ones instead of
+  // after the grace each time. The ranks learn a grace of tens of ms (each starts 20 ms
+  // after the previous one); the last then stalls for 400 ms and the others run 12
+  // operations back to back: once it is awake and working through the operations it
+  // missed, rank 0 (grace ~75 ms, the longest) settles it as behind.
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  const int ranks = 4;
+  const auto want_after = ExactSum(ranks, 40);
+  testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.peer_timeout_factor = 0;
+    o.calibration_ops = 3;
+    o.min_bound = std::chrono::milliseconds(200);
+    o.max_quiet = std::chrono::milliseconds(20);
+    o.learn_start_grace = true;  // OPTIREDUCE_START_GRACE=learned
+    o.start_history_min = 6;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    auto* endpoint = dynamic_cast<transport::BoundedEndpoint*>(BoundedChannelOf(*ctx));
+    ASSERT_NE(endpoint, nullptr);
+    gloo::BarrierOptions b(ctx);
+    b.setTag(5);
+    for (uint64_t step = 0; step < 3 + 8; step++) {
+      gloo::barrier(b);
+      std::this_thread::sleep_for(std::chrono::milliseconds(20 * ctx->rank));
+      Reduce(ctx, policy, step, 0.05);
+    }
+    ASSERT_TRUE(policy->BoundFor(kCount * 4).start_grace_learned);
+    gloo::barrier(b);
+    const bool straggler = ctx->rank == ranks - 1;
+    if (straggler) std::this_thread::sleep_for(std::chrono::milliseconds(400));
+    int given_up = 0;
+    for (uint64_t step = 20; step < 32; step++) {
+      Result r = Reduce(ctx, policy, step, 0.05);
+      for (float v : r.data) ASSERT_TRUE(std::isfinite(v)) << step;
+      given_up += r.stats.start_lag_gave_up;
+    }
+    if (ctx->rank == 0) {
+      EXPECT_GE(given_up, 2);
+      EXPECT_GT(endpoint->counters().behind_settled, 0u)
+          << "stale " << endpoint->counters().stale_packets << " " << DeviceStats(ctx);
+    }
+    if (straggler) {
+      EXPECT_EQ(endpoint->counters().behind_settled, 0u);  // nobody was behind it
+    }
+    gloo::barrier(b);
+    // Caught up: exact again (or flagged, if a rank started past the grace).
+    Result after = Reduce(ctx, policy, 40, 0.05);
+    if (!after.stats.damaged) {
+      EXPECT_LT(RelL2(after.data, want_after), 1e-5) << after.stats.ToJson();
+    }
+    gloo::barrier(b);
+  }, options);
+}
+
 }  // namespace
 }  // namespace optireduce
