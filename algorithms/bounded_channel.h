@@ -86,12 +86,6 @@ class BoundedReceive {
   // its region as settled — they end as soon as the others are complete — and ask it for
   // nothing; what it still sends before they return is applied. Default: no-op (waited for).
   virtual void GiveUp(int peer) { (void)peer; }
-  // From now on Repair settles a sender that answers "not started" at once, instead of
-  // after its grace, when it is behind: since this receive was posted it sent this rank
-  // payloads of an operation already closed here, so it is still busy with an earlier one
-  // (a straggler given up there; waiting for it would only make this operation late too).
-  // Default: no-op (the grace applies).
-  virtual void GiveUpBehindSenders() {}
 };
 
 class BoundedChannel {

@@ -310,11 +310,6 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const Clock::time_point start_by =
       learned_grace ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
   stats->start_grace_ms = std::chrono::duration<double, std::milli>(start_by - start).count();
-  // A peer given up in an earlier operation that is still busy with it (its payloads of
-  // that one keep arriving here) is not waited for again: after a long stall the others
-  // would otherwise pay the grace in every operation until it has caught up (measured: 4
-  // operations in a row at 16 MiB after a 106 ms stall, each 60-83 ms instead of 50).
-  if (learned_grace) rx1->GiveUpBehindSenders();
   FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a, &stats->phase[0]);
   NoteLateStarters(*rx1, regions1, start, learned_grace, rx2.get(), stats);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);

@@ -128,66 +128,6 @@ TEST(BoundedReceiverGiveUp, WaitEndsWhenTheOthersAreInAndTheStragglerIsNotAsked)
   for (const Request& r : log.Get()) EXPECT_NE(r.peer, 3);
 }
 
-// A sender that answers "not started" while its payloads of an operation already closed
-// here keep arriving is behind (a straggler given up there, still catching up): with
-// GiveUpBehindSenders a repair settles it at once instead of after its grace.
-struct BehindCase {
-  bool give_up_behind;
-  bool stale_before_post;  // its stale payload came before this operation was posted
-};
-
-std::chrono::milliseconds RepairWithASenderNotStarted(const BehindCase& c,
-                                                      BoundedReceiverCounters* counters) {
-  BoundedReceiver receiver;
-  std::vector<char> old_dst(1000), dst1(1000), dst2(1000), bytes(1000, 'b');
-  RepairLog log;
-  receiver.Post(30, {{1, old_dst.data(), 1000}}, log.Callback()).reset();  // closed here
-  if (c.stale_before_post) receiver.OnData(30, 1, 0, bytes.data(), 500, /*last=*/false);
-  auto rx = receiver.Post(31, {{1, dst1.data(), 1000}, {2, dst2.data(), 1000}},
-                          log.Callback());
-  if (c.give_up_behind) rx->GiveUpBehindSenders();
-  receiver.OnData(31, 2, 0, bytes.data(), 1000, /*last=*/true);
-  receiver.OnAbsent(31, 1, /*not_started=*/true);
-  // Peer 1, still in operation 30, sends more of it 50 ms into the repair.
-  std::thread behind([&] {
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    if (!c.stale_before_post) receiver.OnData(30, 1, 500, bytes.data(), 500, /*last=*/true);
-  });
-  const auto start = Clock::now();
-  const PhaseEnd end = rx->Repair(start + std::chrono::seconds(3), std::chrono::milliseconds(700));
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start);
-  behind.join();
-  EXPECT_EQ(end, PhaseEnd::kDeadline);  // settled without peer 1's data
-  EXPECT_TRUE(rx->Arrived(0).empty());
-  *counters = receiver.counters();
-  return took;
-}
-
-TEST(BoundedReceiverGiveUp, ANotStartedSenderThatIsBehindIsSettledAtOnce) {
-  BoundedReceiverCounters counters;
-  const auto took = RepairWithASenderNotStarted({true, false}, &counters);
-  EXPECT_GE(took, std::chrono::milliseconds(40));   // waited until it showed it is behind...
-  EXPECT_LT(took, std::chrono::milliseconds(500));  // ...not for the 700 ms grace
-  EXPECT_EQ(counters.behind_settled, 1u);
-  EXPECT_EQ(counters.stale_packets, 1u);
-}
-
-TEST(BoundedReceiverGiveUp, WithoutGiveUpBehindANotStartedSenderKeepsItsGrace) {
-  BoundedReceiverCounters counters;
-  const auto took = RepairWithASenderNotStarted({false, false}, &counters);
-  EXPECT_GE(took, std::chrono::milliseconds(650));
-  EXPECT_EQ(counters.behind_settled, 0u);
-}
-
-TEST(BoundedReceiverGiveUp, StalePayloadsFromBeforeThePostDoNotMakeASenderBehind) {
-  // It sent the old operation's tail and may have started this one since: the grace holds.
-  BoundedReceiverCounters counters;
-  const auto took = RepairWithASenderNotStarted({true, true}, &counters);
-  EXPECT_GE(took, std::chrono::milliseconds(650));
-  EXPECT_EQ(counters.behind_settled, 0u);
-  EXPECT_EQ(counters.stale_packets, 1u);
-}
-
 TEST(BoundedReceiverGiveUp, FirstArrivalIsWhenTheFirstPayloadCameOrThePostForStagedData) {
   BoundedReceiver receiver;
   std::vector<char> bytes(100, 'a');

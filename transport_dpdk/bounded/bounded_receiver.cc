@@ -51,15 +51,9 @@ class BoundedReceiver::Receive : public BoundedReceive {
       Clock::time_point settle_wake = Clock::time_point::max();
       if (settle_grace) {
         bool settled = true;
-        for (Region& r : posted_->regions) {
+        for (const Region& r : posted_->regions) {
           if (r.bytes == r.spec.nbytes || r.released || r.given_up) continue;
           if (r.not_started && now >= r.absent_at + *settle_grace) continue;
-          if (r.not_started && posted_->give_up_behind &&
-              owner_->BehindLocked(r.spec.peer, posted_->posted_at)) {
-            if (!r.behind_settled) owner_->counters_.behind_settled++;
-            r.behind_settled = true;
-            continue;
-          }
           settled = false;
           if (r.not_started) settle_wake = std::min(settle_wake, r.absent_at + *settle_grace);
         }
@@ -187,11 +181,6 @@ class BoundedReceiver::Receive : public BoundedReceive {
       }
     }
     owner_->cv_.notify_all();  // a waiter may be settled now
-  }
-
-  void GiveUpBehindSenders() override {
-    std::lock_guard<std::mutex> lock(owner_->mu_);
-    posted_->give_up_behind = true;
   }
 
   std::optional<Clock::time_point> FirstArrival(size_t index) const override {
@@ -326,15 +315,6 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   }
   if (closed_.contains(op)) {
     counters_.stale_packets++;
-    // The sender is behind: a receive that gives up behind senders and waits for this one
-    // to start (it answered "not started") stops waiting now.
-    last_stale_from_[src] = Clock::now();
-    for (const auto& [id, p] : posted_) {
-      if (!p->give_up_behind) continue;
-      for (const Region& r : p->regions) {
-        if (r.spec.peer == src && r.not_started) cv_.notify_all();
-      }
-    }
     return;
   }
   // Not posted yet: stage. When full, only operations staged longer ago than the maximum
@@ -390,11 +370,6 @@ void BoundedReceiver::CloseLocked(uint64_t op) {
       closed_order_.pop_front();
     }
   }
-}
-
-bool BoundedReceiver::BehindLocked(int src, Clock::time_point since) const {
-  auto it = last_stale_from_.find(src);
-  return it != last_stale_from_.end() && it->second >= since;
 }
 
 void BoundedReceiver::OnAbsent(uint64_t op, int src, bool not_started) {

@@ -37,7 +37,6 @@ struct BoundedReceiverCounters {
   uint64_t staging_overflow_packets = 0;
   uint64_t duplicate_bytes = 0;
   uint64_t absent_answers = 0;  // senders that said they cannot serve a repair
-  uint64_t behind_settled = 0;  // "not started" senders settled at once: behind (see Receive)
 };
 
 class BoundedReceiver {
@@ -94,7 +93,6 @@ class BoundedReceiver {
     bool released = false;
     bool not_started = false;
     bool given_up = false;  // BoundedReceive::GiveUp: not waited for, not asked
-    bool behind_settled = false;  // not started and behind: settled at once (counted once)
     BoundedClock::time_point absent_at{};
     // For the adaptive peer timeout: the first payload, and when the region was done
     // (complete, or its last packets in). Epoch (zero): not yet.
@@ -112,7 +110,6 @@ class BoundedReceiver {
     // False once Wait or Repair returned (until the next Repair): the caller reads the
     // regions then, so late payloads are dropped (counted stale), never written.
     bool accepting = true;
-    bool give_up_behind = false;  // BoundedReceive::GiveUpBehindSenders
   };
   struct Staged {
     int src;
@@ -125,8 +122,6 @@ class BoundedReceiver {
   void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
                    bool last, bool estimated);
   void CloseLocked(uint64_t op);
-  // `src` sent a payload of an operation closed here at `since` or later.
-  bool BehindLocked(int src, BoundedClock::time_point since) const;
   // Staged payload buffers are recycled: a fast peer stages a whole phase (megabytes in
   // 32 KiB packets) almost every operation, and fresh heap memory for each costs the
   // progress thread a page fault per 4 KiB once the allocator has returned it.
@@ -140,8 +135,6 @@ class BoundedReceiver {
   absl::flat_hash_map<uint64_t, std::vector<Staged>> staged_;
   std::deque<std::pair<uint64_t, BoundedClock::time_point>> staged_order_;  // first packet
   size_t staged_bytes_ = 0;
-  // When each sender last sent a payload of an operation already closed here.
-  absl::flat_hash_map<int, BoundedClock::time_point> last_stale_from_;
   size_t staging_limit_ = 0;  // options_.staging_bytes grown by the largest post (Options)
   std::vector<std::vector<char>> spare_buffers_;
   size_t spare_bytes_ = 0;  // capacity held in spare_buffers_, at most the staging limit
