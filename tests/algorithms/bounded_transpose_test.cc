@@ -464,7 +464,9 @@ TEST(BoundedTranspose, DefaultHadamardIsOnInOptiReduceModeOnly) {
         if (bounded) {
           EXPECT_GT(inexact, 0u) << "step " << step << ": no rounding, so no transform";
           // Rounding only — unless a deadline cut data (a sanitizer build's slowdown).
-          if (stats.loss_pct == 0 && !stats.damaged) EXPECT_LT(max_err, 1e-3) << step;
+          if (stats.loss_pct == 0 && !stats.damaged) {
+            EXPECT_LT(max_err, 1e-3) << step;
+          }
         } else {
           EXPECT_EQ(inexact, 0u) << "reliable TAR transformed by default";
         }
