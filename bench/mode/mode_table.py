@@ -222,7 +222,8 @@ def main():
                     ring_p99 = p99
                 if env == "none" and algo == "allreduce_ring_chunked":
                     ring_p50_none[elements] = p50
-                row = dict(where=args.where + ("+pin" if args.pin else ""), env=env, mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
+                row = dict(where=args.where + ("+pin" if args.pin else ""), env=env,
+                           mib=elements * 4 // (1 << 20), algorithm=label, p50_ms=p50,
                            p99_ms=p99, p999_ms=p999, p99_over_p50=p99 / p50,
                            p99_vs_ring=p99 / ring_p99, loss_pct=loss, damaged_pct=damaged,
                            samples=len(us),
