@@ -71,7 +71,9 @@ evals = []
 dist.barrier()
 for epoch in range(settings["epochs"]):
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(epoch))
-    shard = order[rank::world]
+    # Every rank takes the same number of samples (1437 do not split evenly): a rank with
+    # one batch more would wait in that step's allreduce for peers already at the barrier.
+    shard = order[rank::world][:len(x_train) // world]
     for i in range(0, len(shard) - batch + 1, batch):
         t0 = time.perf_counter()
         d = straggler.draw_ms() if is_straggler else 0.0

@@ -153,3 +153,16 @@ def test_tar_over_our_udp_retransmits_what_is_lost(tmp_path):
     assert float(row["final_accuracy"]) >= 80.0, row
     # Exact and reliable: every replica ends with the same model.
     assert row["final_accuracy_min"] == row["final_accuracy_max"], row
+
+
+def test_ranks_with_unequal_shares_of_the_data_take_the_same_steps(tmp_path):
+    # 1437 training images over 4 ranks: 360 for rank 0, 359 for the others. With batch 2
+    # that was 180 steps on rank 0 and 179 elsewhere: rank 0's last allreduce waited for
+    # peers already at the final barrier until the operation timeout.
+    out = str(tmp_path / "out")
+    p = tta("--quick", "--configs", "ring", "--batch", "2", "--epochs", "1", "--timeout", "60",
+            "--out", out, timeout=110)
+    assert p.returncode == 0, (p.stdout[-3000:], p.stderr[-3000:])
+    with open(os.path.join(out, "tta_summary.csv")) as f:
+        (row,) = list(csv.DictReader(f))
+    assert int(row["steps"]) == (1437 // 4) // 2, row
