@@ -65,6 +65,8 @@ def apply_knobs(lab, args):
             lab.set_rate(r, v)
 
 
+TRANSPORTS = ("tcp", "udp", "dpdk")  # optireduce-bench --transport
+
 # --transport dpdk: each rank's DPDK device takes its namespace's eth0 through af_packet (no
 # NIC, no hugepages), with the large receive ring af_packet needs; OPTIREDUCE_EAL_ARGS in
 # our environment overrides it.
@@ -239,9 +241,6 @@ def cmd_calibrate(args):
     return 0
 
 
-TRANSPORTS = ("tcp", "udp", "dpdk")
-
-
 def parse_algo_at_transport(spec, default_transport):
     """'ALGO' or 'ALGO@TRANSPORT' (one --algos entry) -> (algo, transport, label); the label
     names the transport only where the entry did."""
@@ -338,7 +337,7 @@ def build_parser():
         p.add_argument("--bg-settle", type=float, default=1.0,
                        help="seconds to let background jobs start before measuring")
         p.add_argument("--bench-bin", default=DEFAULT_BIN)
-        p.add_argument("--transport", default="tcp", choices=["tcp", "udp", "dpdk"])
+        p.add_argument("--transport", default="tcp", choices=TRANSPORTS)
         p.add_argument("--mtu", type=int, default=cloudlab.DEFAULT_MTU,
                        help="MTU of every link (default %d: cloud jumbo frames)" % cloudlab.DEFAULT_MTU)
         p.add_argument("--gso-bursts", action="store_true",

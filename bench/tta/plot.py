@@ -13,8 +13,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-LABELS = {"ring": "Gloo ring, TCP", "tar": "TAR, TCP", "tar_udp": "TAR, our UDP",
-          "optireduce": "OptiReduce mode, UDP"}
+from tta import CONFIGS as LABELS  # noqa: E402  (this folder: the configurations' names)
 
 
 def plot_tta(curve_rows, summary_rows, path, target=None):

@@ -57,6 +57,8 @@ CONFIGS = {
     "tar_udp": "TAR, our UDP",
     "optireduce": "OptiReduce mode, UDP",
 }
+GLOO_ALGO = {"tar": "transpose", "tar_udp": "transpose", "optireduce": "optireduce"}
+OUR_UDP = ("tar_udp", "optireduce")  # over GLOO_DEVICE_TRANSPORT=UDP, where loss is injected
 # Calibrated on this 2-core machine (README "Time to accuracy"): Gloo ring's per-step sync
 # time p99/p50 is ~1.5 under 'moderate' and ~3 under 'tail3'.
 DEFAULT_ENVS = ["moderate:exp:5", "tail3:exp:30@0.01"]
@@ -112,17 +114,13 @@ def rank_env(config, loss, lib, seed, repair_budget=None, start_grace=None):
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     if config != "ring":
         env["OPTIREDUCE_TORCH_LIB"] = lib
-    if config in ("tar", "tar_udp"):
-        env["GLOO_ALGO"] = "transpose"
-    if config == "tar_udp":
+    if config in GLOO_ALGO:
+        env["GLOO_ALGO"] = GLOO_ALGO[config]
+    if config in OUR_UDP:
         env["GLOO_DEVICE_TRANSPORT"] = "UDP"
         if loss > 0:
             env["OPTIREDUCE_FAULTS"] = "drop=%g,seed=%d" % (loss, seed)
-    elif config == "optireduce":
-        env["GLOO_ALGO"] = "optireduce"
-        env["GLOO_DEVICE_TRANSPORT"] = "UDP"
-        if loss > 0:
-            env["OPTIREDUCE_FAULTS"] = "drop=%g,seed=%d" % (loss, seed)
+    if config == "optireduce":
         if repair_budget is not None:
             env["OPTIREDUCE_REPAIR_BUDGET"] = "%g" % repair_budget
         if start_grace is not None:
@@ -279,7 +277,7 @@ def run_one(args, env_name, dist_spec, loss, config, lib, progress=True):
     finals = [r["final_accuracy"] for r in results]
     summary = {
         "config": config, "env": env_name, "straggler": dist_spec,
-        "loss": loss if (config in ("optireduce", "tar_udp") or args.lab) else 0.0,
+        "loss": loss if (config in OUR_UDP or args.lab) else 0.0,
         # As the library parsed it (OPTIREDUCE_REPAIR_BUDGET), not as this script meant it.
         "repair_budget": (r0.get("config") or {}).get("repair_budget", "")
                          if config == "optireduce" else "",
