@@ -105,7 +105,12 @@ absl::Status Invalid(absl::string_view name, absl::string_view value,
       absl::StrCat(name, "='", value, "' is not valid; allowed values: ", allowed));
 }
 
-std::optional<bool> ParseBool(absl::string_view value);
+std::optional<bool> ParseBool(absl::string_view value) {
+  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
+  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
+  return std::nullopt;
+}
 
 class Reader {
  public:
@@ -202,13 +207,6 @@ absl::StatusOr<Algo> ParseAlgo(absl::string_view value) {
   if (v == "transpose") return Algo::kTranspose;
   if (v == "optireduce") return Algo::kOptiReduce;
   return Invalid("GLOO_ALGO", value, "ring, transpose, optireduce (case-insensitive)");
-}
-
-std::optional<bool> ParseBool(absl::string_view value) {
-  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
-  if (v == "1" || v == "on" || v == "true" || v == "yes") return true;
-  if (v == "0" || v == "off" || v == "false" || v == "no") return false;
-  return std::nullopt;
 }
 
 bool HasWhitespace(absl::string_view s) {
