@@ -4,6 +4,8 @@
 
 #include <random>
 
+#include "absl/strings/str_cat.h"
+
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/pair.h"
 #include "transport_dpdk/unbound_buffer.h"
@@ -37,6 +39,11 @@ Context::~Context() {
   pairs_.clear();
   bounded_.reset();  // unhooks from the engine before the context goes
   engine_->UnregisterContext(id_);
+}
+
+void Context::FailAfterTimeout(const std::string& why) {
+  engine_->FailContext(id_, absl::StrCat("rank ", rank, ": context failed after a wait timed out (",
+                                         why, ")"));
 }
 
 std::unique_ptr<::gloo::transport::Pair>& Context::createPair(int peer) {

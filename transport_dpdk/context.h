@@ -36,6 +36,11 @@ class Context : public ::gloo::transport::Context,
   // The job's session token once the pair to rank 0 is connected.
   uint64_t session_token() const { return engine_->ContextToken(id_); }
 
+  // A wait on this context timed out (`why` says which): the context fails as
+  // Gloo TCP's does — every pending and later operation raises
+  // gloo::IoException, and no late packet lands in memory given up on.
+  void FailAfterTimeout(const std::string& why);
+
   // OptiReduce's bounded channel (bounded/bounded_endpoint.h).
   optireduce::BoundedChannel* bounded_channel() override { return bounded_.get(); }
   BoundedReceiverCounters bounded_counters() const { return bounded_->counters(); }

@@ -4,6 +4,8 @@
 #include <time.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -11,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "transport_dpdk/reliable/peer_liveness.h"
 #include "transport_dpdk/reliable/receive_window.h"
 #include "transport_dpdk/reliable/rtt_estimator.h"
 #include "transport_dpdk/wire_format.h"
@@ -137,6 +140,9 @@ struct Peer {
   uint64_t next_announce = 0;
   uint64_t eager_stashed = 0;
   std::map<uint64_t, std::deque<std::shared_ptr<InMsg>>> buffer_arrivals;
+  // --- liveness (see reliable/peer_liveness.h) ---
+  PeerLiveness live;
+  uint64_t pings = 0;
 };
 
 struct Arrival {
@@ -162,10 +168,39 @@ struct Ctx {
   BoundedHooks bounded;
   uint64_t bounded_next_order = 1;
   int bounded_senders = 1;  // peers sent to at once (incast control)
+  // A peer is gone or a wait timed out: every pending operation failed with
+  // `failure`, every later one fails with it at once, and no packet of the
+  // context is applied or sent any more (like Gloo TCP's signalException).
+  bool failed = false;
+  std::string failure;
 };
 
 std::string RanksToString(const std::vector<int>& r) {
   return absl::StrCat("[", absl::StrJoin(r, ","), "]");
+}
+
+// EngineOptions::peer_dead, or OPTIREDUCE_PEER_DEAD_MS when it is 0.
+absl::StatusOr<std::chrono::milliseconds> ResolvePeerDead(std::chrono::milliseconds configured) {
+  constexpr long kMin = 10, kMax = 3600000;
+  if (configured.count() != 0) {
+    if (configured.count() < kMin || configured.count() > kMax) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "engine options: peer_dead ", configured.count(), " ms outside [", kMin, ", ", kMax,
+          "] ms"));
+    }
+    return configured;
+  }
+  const char* env = std::getenv("OPTIREDUCE_PEER_DEAD_MS");
+  if (!env || !*env) return std::chrono::milliseconds(1000);
+  char* end = nullptr;
+  errno = 0;
+  const long v = std::strtol(env, &end, 10);
+  if (errno != 0 || *end != '\0' || v < kMin || v > kMax) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "OPTIREDUCE_PEER_DEAD_MS='", env, "' is not valid; allowed: an integer in [", kMin,
+        ", ", kMax, "] (milliseconds)"));
+  }
+  return std::chrono::milliseconds(v);
 }
 
 }  // namespace
@@ -179,6 +214,8 @@ struct Engine::Impl {
     max_payload = io->MaxDatagram() - kHeaderBytes;
     bounded_payload = static_cast<uint32_t>(
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
+    liveness_every = std::clamp<Clock::duration>(opts.peer_dead / 16, std::chrono::milliseconds(1),
+                                                 std::chrono::milliseconds(50));
   }
 
   std::unique_ptr<PacketIo> io;
@@ -210,6 +247,9 @@ struct Engine::Impl {
   uint32_t bounded_payload = 0;
   double bounded_tokens = 0;
   Clock::time_point bounded_refill{};
+  // Peer liveness: how often peers are judged, and when next.
+  Clock::duration liveness_every{};
+  Clock::time_point next_liveness{}, last_liveness{};
 
   // ---- progress thread ----
   void Run();
@@ -242,6 +282,15 @@ struct Engine::Impl {
     return false;
   }
   void FillHeader(const Ctx& c, const Peer& p, WireHeader* h) const;
+
+  // ---- peer liveness and context failure ----
+  void TakeUnreachable();
+  void CheckLiveness(Clock::time_point now);
+  bool PendingWith(const Ctx& c, const Peer& p, const std::vector<char>& posted_from) const;
+  void SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id);
+  void FailContext(Ctx& c, const std::string& why);
+  // An operation posted on a failed context: fails at once (its wait raises).
+  uint64_t RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<OpSink>& sink);
 
   // ---- receive path ----
   void HandleDatagram(uint8_t* data, uint32_t len);
@@ -320,8 +369,14 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
   *deadline = now + opts.max_sleep;
   tx_blocked = false;
   const uint64_t sent_before = stats.tx_packets.load(std::memory_order_relaxed);
+  TakeUnreachable();
+  if (now >= next_liveness) {
+    next_liveness = now + liveness_every;
+    CheckLiveness(now);
+  }
   for (auto& kv : contexts) {
     Ctx& c = *kv.second;
+    if (c.failed) continue;
     for (Peer& p : c.peers) {
       if (p.connected) Pump(c, p, now, deadline);
     }
@@ -653,7 +708,8 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
 void Engine::Impl::ReapClosing(Clock::time_point now) {
   for (auto it = contexts.begin(); it != contexts.end();) {
     Ctx& c = *it->second;
-    bool done = !c.closing ? false : now - c.closing_since >= opts.linger_max;
+    // A failed context has nothing left to finish.
+    bool done = !c.closing ? false : c.failed || now - c.closing_since >= opts.linger_max;
     if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
       done = true;
       for (const Peer& p : c.peers) {
@@ -711,6 +767,23 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     return;
   }
   Peer& p = c->peers[h.src_rank];
+  if (c->failed) {
+    Bump(stats.failed_context);
+    return;
+  }
+  p.live.Heard(Clock::now());
+  switch (static_cast<PacketType>(h.type)) {
+    case PacketType::kPing:
+      // A closing context does not answer: a peer still waiting for it learns
+      // that it is gone (its acks still answer retransmissions meanwhile).
+      if (!c->closing) SendLiveness(*c, p, PacketType::kPong, h.message_id);
+      return;
+    case PacketType::kPong:
+      Bump(stats.pongs_received);
+      return;
+    default:
+      break;
+  }
   const uint8_t* payload = data + kHeaderBytes;
   if (h.flags & kFlagUnreliable) {
     if (!c->closing) HandleBounded(*c, p, h, payload);
@@ -834,6 +907,8 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
       return true;
     case PacketType::kAck:
     case PacketType::kRepair:  // bounded only, handled before sequencing
+    case PacketType::kPing:    // liveness, handled before sequencing
+    case PacketType::kPong:
       break;
   }
   return false;
@@ -1071,6 +1146,151 @@ void Engine::Impl::MaybeComplete(Ctx& c, Peer& p,
   }
 }
 
+// ===================== peer liveness and context failure =====================
+
+void Engine::Impl::TakeUnreachable() {
+  PeerHandle gone[16];
+  const size_t n = io->TakeUnreachable(gone, 16);
+  for (size_t i = 0; i < n; ++i) {
+    for (auto& kv : contexts) {
+      for (Peer& p : kv.second->peers) {
+        if (p.connected && p.handle == gone[i] && !p.live.unreachable()) {
+          p.live.Unreachable();
+          Bump(stats.peers_unreachable);
+        }
+      }
+    }
+  }
+  if (n > 0) next_liveness = Clock::now();  // judge them in this iteration
+}
+
+bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
+                               const std::vector<char>& posted_from) const {
+  if (!p.unacked.empty() || !p.ctrl.empty() || !p.data_queue.empty() || !p.out_msgs.empty() ||
+      !p.in_msgs.empty() || !p.bounded_queue.empty() || posted_from[p.rank]) {
+    return true;
+  }
+  // An old-style recv buffer waits for this peer as long as it is registered.
+  auto it = c.regs.lower_bound({p.rank, 0});
+  return it != c.regs.end() && it->first.first == p.rank;
+}
+
+void Engine::Impl::CheckLiveness(Clock::time_point now) {
+  // Checks run every liveness_every; a much longer gap means this thread was
+  // not scheduled, and what it did not receive meanwhile may be queued.
+  const bool stalled = last_liveness != Clock::time_point{} &&
+                       now - last_liveness > std::max<Clock::duration>(4 * liveness_every,
+                                                                       opts.peer_dead / 4);
+  last_liveness = now;
+  std::vector<char> posted_from;
+  for (auto& kv : contexts) {
+    Ctx& c = *kv.second;
+    if (c.failed || c.closing) continue;
+    posted_from.assign(c.size, 0);
+    for (const auto& slot : c.posted) {
+      for (const PostedRecv& r : slot.second) {
+        for (int src : r.srcs) {
+          if (src >= 0 && src < c.size) posted_from[src] = 1;
+        }
+      }
+    }
+    for (Peer& p : c.peers) {
+      if (!p.connected) continue;
+      if (stalled) p.live.Restart(now);
+      switch (p.live.Check(now, PendingWith(c, p, posted_from))) {
+        case PeerLiveness::Verdict::kIdle:
+        case PeerLiveness::Verdict::kAlive:
+          break;
+        case PeerLiveness::Verdict::kProbe:
+          SendLiveness(c, p, PacketType::kPing, ++p.pings);
+          break;
+        case PeerLiveness::Verdict::kDead: {
+          Bump(stats.peers_dead);
+          const std::string why =
+              p.live.unreachable()
+                  ? absl::StrCat("peer rank ", p.rank,
+                                 " is gone: its address reported ICMP port unreachable "
+                                 "(its socket is closed)")
+                  : absl::StrCat("peer rank ", p.rank, " is gone: no packet from it for ",
+                                 p.live.dead_after().count(),
+                                 " ms while operations with it were pending "
+                                 "(OPTIREDUCE_PEER_DEAD_MS)");
+          FailContext(c, absl::StrCat("rank ", c.rank, ": ", why));
+          break;
+        }
+      }
+      if (c.failed) break;
+    }
+  }
+  Flush();
+}
+
+void Engine::Impl::SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id) {
+  if (c.token == 0 || !p.connected) return;  // the peer would drop it
+  WireHeader h;
+  FillHeader(c, p, &h);
+  h.type = static_cast<uint8_t>(type);
+  h.message_id = id;
+  Emit(p, h, nullptr, 0);
+  if (type == PacketType::kPing) Bump(stats.pings_sent);
+}
+
+void Engine::Impl::FailContext(Ctx& c, const std::string& why) {
+  if (c.failed) return;
+  c.failed = true;
+  c.failure = why;
+  Bump(stats.contexts_failed);
+  // Every pending operation fails; no memory of any of them is read or
+  // written after this (the lock is held, and nothing of the context is
+  // sent or applied any more).
+  for (auto& slot : c.posted) {
+    for (PostedRecv& r : slot.second) r.sink->Fail(false, r.op, why);
+  }
+  c.posted.clear();
+  c.arrivals.clear();
+  for (auto& kv : c.regs) {
+    RecvBufferReg& reg = *kv.second;
+    for (auto& m : reg.order) {
+      m->discard = true;
+      m->target = nullptr;
+    }
+    reg.order.clear();
+    reg.sink->Fail(false, 0, why);
+  }
+  for (Peer& p : c.peers) {
+    for (auto& kv : p.in_msgs) {
+      InMsg& m = *kv.second;
+      if (m.matched && !m.discard && m.sink && m.kind == MsgKind::kUnbound) {
+        m.sink->Fail(false, m.op, why);
+      }
+      m.discard = true;
+      m.target = nullptr;
+    }
+    p.in_msgs.clear();
+    p.buffer_arrivals.clear();
+    for (auto& kv : p.out_msgs) {
+      OutMsg& m = *kv.second;
+      m.cancelled = true;
+      if (m.sink) m.sink->Fail(true, m.op, why);
+      m.sink.reset();
+    }
+    p.out_msgs.clear();
+    p.data_queue.clear();
+    p.ctrl.clear();
+    p.unacked.clear();
+    p.unacked_base = p.next_seq;
+    p.inflight_bytes = 0;
+    p.fast_queue.clear();
+    p.bounded_queue.clear();
+  }
+}
+
+uint64_t Engine::Impl::RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<OpSink>& sink) {
+  const uint64_t op = next_op++;
+  sink->Fail(send, op, c.failure);
+  return op;
+}
+
 // ===================== public API =====================
 
 absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
@@ -1085,8 +1305,12 @@ absl::StatusOr<std::shared_ptr<Engine>> Engine::Create(
   if (options.min_rto.count() <= 0 || options.max_rto < options.min_rto) {
     return absl::InvalidArgumentError("engine options: need 0 < min_rto <= max_rto");
   }
+  EngineOptions resolved = options;
+  auto peer_dead = ResolvePeerDead(options.peer_dead);
+  if (!peer_dead.ok()) return peer_dead.status();
+  resolved.peer_dead = *peer_dead;
   std::shared_ptr<Engine> e(new Engine());
-  e->impl_ = std::make_unique<Impl>(std::move(io), options, rx_buffer_bytes);
+  e->impl_ = std::make_unique<Impl>(std::move(io), resolved, rx_buffer_bytes);
   Impl* impl = e->impl_.get();
   impl->thread = std::thread([impl] { impl->Run(); });
   return e;
@@ -1131,6 +1355,7 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
     p.eager_credit = static_cast<int64_t>(impl_->opts.eager_budget_per_peer);
     p.rtt = RttEstimator(impl_->opts.initial_rto, impl_->opts.min_rto,
                          impl_->opts.max_rto);
+    p.live = PeerLiveness(impl_->opts.peer_dead);
   }
   const uint32_t id = c->id;
   impl_->contexts.emplace(id, std::move(c));
@@ -1181,6 +1406,10 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   p.remote_ctx = remote_ctx;
   p.connected = true;
   if (peer_rank == 0) c->token = remote_token;
+  // Hello: a peer that connected its side first hears that we are here (and
+  // answers), so both sides judge each other's liveness from now on.
+  impl_->SendLiveness(*c, p, PacketType::kPing, 0);
+  impl_->Flush();
   impl_->io->Wake();
   return absl::OkStatus();
 }
@@ -1207,6 +1436,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
         c->size, ")"));
   }
   Peer& p = c->peers[dst];
+  if (c->failed) return impl_->RefuseOnFailed(*c, /*send=*/true, sink);
   if (!p.connected || p.closed) {
     return absl::FailedPreconditionError(absl::StrCat(
         "pair from rank ", c->rank, " to rank ", dst, " is not connected"));
@@ -1262,6 +1492,7 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
   if (srcs.empty()) {
     return absl::InvalidArgumentError("recv needs at least one source rank");
   }
+  if (c->failed) return impl_->RefuseOnFailed(*c, /*send=*/false, sink);
   for (int s : srcs) {
     if (s < 0 || s >= c->size || s == c->rank) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -1322,6 +1553,10 @@ absl::Status Engine::RegisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
   reg->size = size;
   reg->sink = sink;
   c->regs.emplace(key, reg);
+  if (c->failed) {
+    impl_->RefuseOnFailed(*c, /*send=*/false, sink);
+    return absl::OkStatus();
+  }
   Peer& p = c->peers[peer];
   auto arr = p.buffer_arrivals.find(slot);
   if (arr != p.buffer_arrivals.end()) {
@@ -1407,6 +1642,7 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (c->failed) return absl::UnavailableError(c->failure);
   if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
     return absl::InvalidArgumentError(absl::StrCat("bounded send to rank ", dst,
                                                    " which is not a connected peer"));
@@ -1433,6 +1669,7 @@ absl::Status Engine::RequestRepair(
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (c->failed) return absl::UnavailableError(c->failure);
   if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
     return absl::InvalidArgumentError(absl::StrCat("repair request to rank ", dst,
                                                    " which is not a connected peer"));
@@ -1507,8 +1744,17 @@ std::string Engine::DebugState(uint32_t ctx) const {
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return "context gone";
   std::string s = absl::StrCat("rank ", c->rank, " token ", c->token != 0);
+  if (c->failed) absl::StrAppend(&s, " FAILED (", c->failure, ")");
+  const auto now = Clock::now();
   for (const Peer& p : c->peers) {
     if (!p.connected) continue;
+    absl::StrAppend(&s, "; peer ", p.rank, ": ",
+                    !p.live.heard() ? std::string("never heard")
+                                    : absl::StrCat("heard ",
+                                                   std::chrono::duration_cast<std::chrono::milliseconds>(
+                                                       now - p.live.last_heard()).count(),
+                                                   " ms ago"),
+                    p.live.unreachable() ? " (unreachable)" : "");
     absl::StrAppend(&s, "; peer ", p.rank, ": tx seq ", p.next_seq, " unacked ",
                     p.next_seq - p.unacked_base, " (", p.inflight_bytes,
                     " B) queued ", p.data_queue.size(), "+", p.ctrl.size(),
@@ -1520,6 +1766,19 @@ std::string Engine::DebugState(uint32_t ctx) const {
   absl::StrAppend(&s, "; posted slots ", c->posted.size(), " arrival slots ",
                   c->arrivals.size(), "; ", impl_->stats.Snapshot().ToString());
   return s;
+}
+
+void Engine::FailContext(uint32_t ctx, const std::string& why) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (c) impl_->FailContext(*c, why);
+}
+
+absl::Status Engine::ContextFailure(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  return c->failed ? absl::UnavailableError(c->failure) : absl::OkStatus();
 }
 
 IoAddress Engine::LocalAddress() const { return impl_->io->LocalAddress(); }

@@ -113,6 +113,15 @@ class Engine {
   // to [1, size - 1]); the oldest sends go first, so TAR's staggered order is kept.
   void SetBoundedSenders(uint32_t ctx, int senders);
   int BoundedSenders(uint32_t ctx) const;
+  // Fails the context (as a gone peer does): every pending operation's wait
+  // raises gloo::IoException with `why`, every later one at once, and nothing
+  // of the context is sent or applied any more. Gloo waits that time out call
+  // it (Gloo TCP poisons its context the same way). Idempotent: the first
+  // reason stays.
+  void FailContext(uint32_t ctx, const std::string& why);
+  // OK while the context works; UNAVAILABLE with the reason (naming the gone
+  // peer's rank, or the timed-out wait) once it failed; NOT_FOUND if unknown.
+  absl::Status ContextFailure(uint32_t ctx) const;
   // Ranks of a registered context (0 if unknown).
   int ContextSize(uint32_t ctx) const;
 

@@ -63,6 +63,9 @@ class FaultInjector : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override { inner_->Wake(); }
+  size_t TakeUnreachable(PeerHandle* out, size_t max) override {
+    return inner_->TakeUnreachable(out, max);
+  }
   // Injected corruption is what the engine's payload checksum must catch.
   bool ProtectsPayload() const override {
     return spec_.corrupt == 0 && inner_->ProtectsPayload();

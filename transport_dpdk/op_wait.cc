@@ -10,7 +10,8 @@ namespace transport {
 
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
                        std::chrono::milliseconds timeout,
-                       const std::function<std::string()>& diagnostics) {
+                       const std::function<std::string()>& diagnostics,
+                       const std::function<void(const std::string&)>& on_timeout) {
   std::unique_lock<std::mutex> lock(sink.mu);
   auto& done = send ? sink.sends_done : sink.recvs_done;
   bool& aborted = send ? sink.abort_send : sink.abort_recv;
@@ -24,11 +25,12 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
       if (!kv.second.done) what.push_back(kv.second.what);
     }
     lock.unlock();
-    GLOO_THROW_IO_EXCEPTION(
+    const std::string message = absl::StrCat(
         "Timed out after ", timeout.count(), " ms waiting for ",
-        what.empty() ? std::string(send ? "a send" : "a recv")
-                     : absl::StrJoin(what, "; "),
-        diagnostics ? " [transport state: " + diagnostics() + "]" : "");
+        what.empty() ? std::string(send ? "a send" : "a recv") : absl::StrJoin(what, "; "));
+    const std::string state = diagnostics ? " [transport state: " + diagnostics() + "]" : "";
+    if (on_timeout) on_timeout(message);
+    GLOO_THROW_IO_EXCEPTION(message, state);
   }
   if (!sink.errors.empty()) {
     std::string e = std::move(sink.errors.front());

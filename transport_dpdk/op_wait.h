@@ -16,9 +16,14 @@ namespace transport {
 // and stores the peer rank in *rank (if non-null) on completion; false if
 // the wait was aborted. timeout <= 0 means no timeout (Gloo's kNoTimeout).
 // diagnostics() (may be empty) is appended to timeout messages.
+// on_timeout(message) (may be empty) runs before a timeout is raised, without
+// the sink lock: the adapters fail the context there (Engine::FailContext), so
+// the timed-out operation can never write into the caller's memory later and
+// every other pending or later operation of the context raises too.
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
                        std::chrono::milliseconds timeout,
-                       const std::function<std::string()>& diagnostics = {});
+                       const std::function<std::string()>& diagnostics = {},
+                       const std::function<void(const std::string&)>& on_timeout = {});
 
 }  // namespace transport
 }  // namespace optireduce

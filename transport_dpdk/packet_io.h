@@ -94,6 +94,17 @@ class PacketIo {
   // (host shared memory; the kernel's UDP checksum): the engine then checksums
   // headers only (wire_format.h, kFlagHeaderChecksum). False is always safe.
   virtual bool ProtectsPayload() const { return false; }
+
+  // Peers the network reported unreachable since the last call (udp: ICMP
+  // port unreachable for a datagram we sent, read from the socket's error
+  // queue): the process behind that address is gone. Stores up to max handles
+  // in out and returns how many. Called like RxBurst (engine lock held); cheap
+  // when there is nothing to report. Backends without such reports return 0.
+  virtual size_t TakeUnreachable(PeerHandle* out, size_t max) {
+    (void)out;
+    (void)max;
+    return 0;
+  }
 };
 
 }  // namespace transport

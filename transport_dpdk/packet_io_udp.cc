@@ -4,6 +4,8 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netdb.h>
+#include <linux/errqueue.h>
+#include <netinet/ip_icmp.h>
 #include <netinet/udp.h>
 #include <poll.h>
 #include <sys/eventfd.h>
@@ -120,6 +122,14 @@ absl::StatusOr<std::unique_ptr<UdpPacketIo>> UdpPacketIo::Create(
         "udp attr max_datagram ", max_datagram, " outside [256, 65507]"));
   }
   io->max_datagram_ = static_cast<uint32_t>(max_datagram);
+
+  // ICMP errors for datagrams we send go to the error queue with the address
+  // they were sent to; an unconnected socket hears of them only this way. A
+  // port unreachable tells that a peer's process is gone (TakeUnreachable).
+  int recverr = 1;
+  if (setsockopt(io->fd_, IPPROTO_IP, IP_RECVERR, &recverr, sizeof(recverr)) != 0) {
+    return absl::InternalError(Errno("setsockopt(IP_RECVERR)"));
+  }
 
   io->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (io->wake_fd_ < 0) return absl::InternalError(Errno("eventfd"));
@@ -248,14 +258,19 @@ size_t UdpPacketIo::TxBurst(const TxDatagram* d, size_t n) {
         return done;  // backpressure
       }
       if (errno == EINTR) continue;
+      if (errno == ECONNREFUSED) {
+        // The error of an earlier ICMP report (IP_RECVERR), returned once and
+        // cleared: nothing was sent; the report itself is in the error queue.
+        errors_pending_.store(true, std::memory_order_relaxed);
+        continue;
+      }
       if (count[0] > 1) {
         // The route's device cannot segment (EIO), or a limit of this kernel (EINVAL,
         // EMSGSIZE): one datagram per message from now on, starting with these.
         gso_ = false;
         continue;
       }
-      // A hard error on one datagram (e.g. ECONNREFUSED from an ICMP error,
-      // EMSGSIZE): skip it like a loss and go on.
+      // A hard error on one datagram (e.g. EMSGSIZE): skip it like a loss and go on.
       ++done;
       continue;
     }
@@ -288,6 +303,9 @@ size_t UdpPacketIo::RxBurst(RxDatagram* out, size_t max) {
       }
     }
     int got = recvmmsg(fd_, msgs, static_cast<unsigned>(want), MSG_DONTWAIT, nullptr);
+    if (got < 0 && (errno == ECONNREFUSED)) {
+      errors_pending_.store(true, std::memory_order_relaxed);  // see TxBurst
+    }
     if (got <= 0) return 0;
     for (int i = 0; i < got; ++i) {
       msghdr& h = msgs[i].msg_hdr;
@@ -324,11 +342,56 @@ void UdpPacketIo::WaitForInput(std::chrono::microseconds timeout) {
   ts.tv_sec = timeout.count() / 1000000;
   ts.tv_nsec = (timeout.count() % 1000000) * 1000;
   int rc = ppoll(fds, 2, &ts, nullptr);
+  // POLLERR stays up until the error queue is read: the next TakeUnreachable does.
+  if (rc > 0 && (fds[0].revents & POLLERR)) errors_pending_.store(true, std::memory_order_relaxed);
   if (rc > 0 && (fds[1].revents & POLLIN)) {
     uint64_t v;
     while (read(wake_fd_, &v, sizeof(v)) == sizeof(v)) {
     }
   }
+}
+
+size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
+  if (!errors_pending_.exchange(false, std::memory_order_relaxed)) return 0;
+  size_t n = 0;
+  for (int budget = 256; budget > 0; --budget) {
+    sockaddr_in from{};
+    alignas(cmsghdr) char control[512];
+    char body[1];
+    iovec iov = {body, sizeof(body)};
+    msghdr m{};
+    m.msg_name = &from;
+    m.msg_namelen = sizeof(from);
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = control;
+    m.msg_controllen = sizeof(control);
+    if (recvmsg(fd_, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;  // EAGAIN: drained
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
+      if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
+      sock_extended_err e;
+      std::memcpy(&e, CMSG_DATA(c), sizeof(e));
+      // Only "port unreachable" says the peer's socket is closed; other reports
+      // (host unreachable while a route or neighbour settles, fragmentation
+      // needed) may pass: reliability and the liveness probes handle those.
+      if (e.ee_origin != SO_EE_ORIGIN_ICMP || e.ee_type != ICMP_DEST_UNREACH ||
+          e.ee_code != ICMP_PORT_UNREACH) {
+        continue;
+      }
+      ++unreachable_reports_;
+      for (size_t i = 0; i < peers_.size() && n < max; ++i) {
+        if (peers_[i].sin_port == from.sin_port &&
+            peers_[i].sin_addr.s_addr == from.sin_addr.s_addr) {
+          out[n++] = static_cast<PeerHandle>(i);
+        }
+      }
+    }
+    if (n == max) {
+      errors_pending_.store(true, std::memory_order_relaxed);  // more next time
+      break;
+    }
+  }
+  return n;
 }
 
 void UdpPacketIo::Wake() {

@@ -6,6 +6,7 @@
 
 #include <netinet/in.h>
 
+#include <atomic>
 #include <memory>
 #include <vector>
 
@@ -32,6 +33,8 @@ class UdpPacketIo : public PacketIo {
   void Wake() override;
   // The kernel checksums every UDP datagram and drops those that fail.
   bool ProtectsPayload() const override { return true; }
+  // ICMP port-unreachable reports (IP_RECVERR error queue) mapped to peers.
+  size_t TakeUnreachable(PeerHandle* out, size_t max) override;
 
   // The kernel's actual receive buffer size (after doubling).
   size_t ReceiveBufferBytes() const { return rcvbuf_bytes_; }
@@ -42,6 +45,8 @@ class UdpPacketIo : public PacketIo {
   // that the kernel had coalesced (more than one datagram each): counters for tests.
   uint64_t SegmentedSends() const { return segmented_sends_; }
   uint64_t CoalescedReceives() const { return coalesced_receives_; }
+  // ICMP port-unreachable reports read from the error queue (any address).
+  uint64_t UnreachableReports() const { return unreachable_reports_; }
 
  private:
   UdpPacketIo() = default;
@@ -57,6 +62,10 @@ class UdpPacketIo : public PacketIo {
   uint32_t rx_slot_bytes_ = 0;
   uint64_t segmented_sends_ = 0;
   uint64_t coalesced_receives_ = 0;
+  uint64_t unreachable_reports_ = 0;
+  // The error queue may hold reports (poll saw POLLERR, or a call failed with
+  // the error the kernel keeps for the last report): TakeUnreachable reads it.
+  std::atomic<bool> errors_pending_{false};
   std::vector<uint8_t> rx_storage_;
   std::vector<uint8_t*> rx_slots_;
   // Datagrams of the last recvmmsg not yet returned (a coalesced message holds many): they

@@ -7,7 +7,7 @@ namespace transport {
 
 uint64_t Stats::TotalDropped() const {
   uint64_t n = bad_token + bad_context + bad_rank + bad_offset +
-               unknown_message + out_of_window + unsupported;
+               unknown_message + out_of_window + unsupported + failed_context;
   for (uint64_t m : malformed) n += m;
   return n;
 }
@@ -20,10 +20,13 @@ std::string Stats::ToString() const {
       acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
-      out_of_window, " unsupported ", unsupported, "; bounded tx ",
+      out_of_window, " unsupported ", unsupported, " to failed ctx ", failed_context,
+      "; bounded tx ",
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
       repair_requests_sent, "/", repair_requests_received, " absent ",
-      repair_absent_sent, "/", repair_absent_received);
+      repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
+      pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
+      peers_dead, " failed ctx ", contexts_failed);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -62,12 +65,18 @@ Stats AtomicStats::Snapshot() const {
   s.unknown_message = r(unknown_message);
   s.out_of_window = r(out_of_window);
   s.unsupported = r(unsupported);
+  s.failed_context = r(failed_context);
   s.bounded_tx_packets = r(bounded_tx_packets);
   s.bounded_rx_packets = r(bounded_rx_packets);
   s.repair_requests_sent = r(repair_requests_sent);
   s.repair_requests_received = r(repair_requests_received);
   s.repair_absent_sent = r(repair_absent_sent);
   s.repair_absent_received = r(repair_absent_received);
+  s.pings_sent = r(pings_sent);
+  s.pongs_received = r(pongs_received);
+  s.peers_unreachable = r(peers_unreachable);
+  s.peers_dead = r(peers_dead);
+  s.contexts_failed = r(contexts_failed);
   return s;
 }
 

@@ -28,10 +28,15 @@ struct Stats {
   uint64_t unknown_message = 0;   // message id/slot/kind that does not match
   uint64_t out_of_window = 0;     // seq beyond the receive window
   uint64_t unsupported = 0;       // packets of a kind this context cannot take
+  uint64_t failed_context = 0;    // for a context that failed (peer gone, timeout)
   // Bounded service (OptiReduce mode).
   uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
   uint64_t repair_requests_sent = 0, repair_requests_received = 0;
   uint64_t repair_absent_sent = 0, repair_absent_received = 0;  // "cannot serve" answers
+  // Peer liveness: probes and answers, ICMP port-unreachable reports mapped to a
+  // peer, peers declared gone, contexts failed (by a gone peer or a timed-out wait).
+  uint64_t pings_sent = 0, pongs_received = 0;
+  uint64_t peers_unreachable = 0, peers_dead = 0, contexts_failed = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -47,10 +52,12 @@ struct AtomicStats {
   std::atomic<uint64_t> malformed[static_cast<int>(ParseError::kCount)] = {};
   std::atomic<uint64_t> bad_token{0}, bad_context{0}, bad_rank{0};
   std::atomic<uint64_t> bad_offset{0}, unknown_message{0}, out_of_window{0};
-  std::atomic<uint64_t> unsupported{0};
+  std::atomic<uint64_t> unsupported{0}, failed_context{0};
   std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
   std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
   std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};
+  std::atomic<uint64_t> pings_sent{0}, pongs_received{0};
+  std::atomic<uint64_t> peers_unreachable{0}, peers_dead{0}, contexts_failed{0};
   Stats Snapshot() const;
 };
 

@@ -40,12 +40,14 @@ std::chrono::milliseconds UnboundBuffer::EffectiveTimeout(
 
 bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, false, rank, EffectiveTimeout(timeout),
-                           [this] { return context_->engine().DebugState(context_->id()); });
+                           [this] { return context_->engine().DebugState(context_->id()); },
+                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
 }
 
 bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
-                           [this] { return context_->engine().DebugState(context_->id()); });
+                           [this] { return context_->engine().DebugState(context_->id()); },
+                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
 }
 
 void UnboundBuffer::abortWaitRecv() {

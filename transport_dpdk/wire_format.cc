@@ -110,7 +110,7 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
   if (h->magic != kMagic) return ParseError::kBadMagic;
   if (h->version != kVersion) return ParseError::kBadVersion;
   if (h->type < static_cast<uint8_t>(PacketType::kData) ||
-      h->type > static_cast<uint8_t>(PacketType::kRepair)) {
+      h->type > kLastPacketType) {
     return ParseError::kBadType;
   }
   if ((h->flags & ~uint16_t(kKnownFlags)) != 0) return ParseError::kBadFlags;

@@ -29,6 +29,8 @@
 //                           selective-ack bitmap for seqs ack_seq+1.. in payload
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
 //                           CREDIT: eager bytes returned
+// PING/PONG (liveness) are unsequenced and carry no payload; message_id
+// is the ping's number, echoed by the pong.
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
 // message_id = bounded operation id, offset/total_length as DATA.
@@ -59,7 +61,14 @@ enum class PacketType : uint8_t {
   // bounded operation message_id listed in the payload again" — payload is
   // pairs of little-endian u64 [begin, end).
   kRepair = 7,
+  // Peer liveness (unsequenced, no payload, like kAck): a rank with operations
+  // pending with a peer it has not heard from lately sends kPing; the peer's
+  // engine answers kPong while the context is live. message_id carries the
+  // ping's number back in the pong (diagnostics only).
+  kPing = 8,
+  kPong = 9,
 };
+inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kPong);
 
 enum PacketFlags : uint16_t {
   kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)
