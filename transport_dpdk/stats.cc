@@ -7,7 +7,7 @@ namespace transport {
 
 uint64_t Stats::TotalDropped() const {
   uint64_t n = bad_token + bad_context + bad_rank + bad_offset +
-               unknown_message + out_of_window + unsupported;
+               unknown_message + out_of_window + unsupported + early_dropped;
   for (uint64_t m : malformed) n += m;
   return n;
 }
@@ -20,7 +20,8 @@ std::string Stats::ToString() const {
       acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
-      out_of_window, " unsupported ", unsupported, "; bounded tx ",
+      out_of_window, " unsupported ", unsupported, " early ", early_dropped,
+      " (kept ", early_kept, "); bounded tx ",
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
       repair_requests_sent, "/", repair_requests_received, " absent ",
       repair_absent_sent, "/", repair_absent_received);
@@ -62,6 +63,8 @@ Stats AtomicStats::Snapshot() const {
   s.unknown_message = r(unknown_message);
   s.out_of_window = r(out_of_window);
   s.unsupported = r(unsupported);
+  s.early_kept = r(early_kept);
+  s.early_dropped = r(early_dropped);
   s.bounded_tx_packets = r(bounded_tx_packets);
   s.bounded_rx_packets = r(bounded_rx_packets);
   s.repair_requests_sent = r(repair_requests_sent);
