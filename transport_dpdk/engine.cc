@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -43,13 +44,25 @@ struct OutMsg {
   const uint8_t* data = nullptr;
   uint64_t len = 0, remote_offset = 0, charge = 0;
   bool eager = false, cancelled = false, waiting_cts = false;
+  // An eager unbound send completes when the receiver returns its credit
+  // (the message was matched and taken), as Gloo's TCP send completes only
+  // once the peer posted its recv; `delivered` marks that credit.
+  bool delivered = false, completed = false;
   uint64_t next_offset = 0;
   uint64_t packets_total = 0, packets_sent = 0, packets_acked = 0;
   std::shared_ptr<OpSink> sink;
-  // The payload, copied here when the sender's buffer went away before the
+  // The payload, copied at PostSend for messages up to eager_max_message
+  // (Gloo's TCP writes those out inside send(), so callers may reuse the
+  // buffer right after), or when the sender's buffer went away before the
   // send finished (see Engine::Cancel).
   std::vector<uint8_t> owned;
 };
+
+// Datagrams that arrive for a context before their sender is connected (or
+// before the job's token is known) wait here, up to these bounds, and are
+// applied once it is.
+constexpr size_t kMaxEarlyDatagrams = 1024;
+constexpr size_t kMaxEarlyBytes = 8 << 20;
 
 // Sends up to this size outlive their buffer (copied); larger ones are
 // abandoned. Gloo's algorithm classes destroy send buffers right after
@@ -114,7 +127,12 @@ struct Peer {
   bool connected = false;
   bool closed = false;  // Pair::close(): no new operations; still acks
   PeerHandle handle = 0;
+  IoAddress io{};  // as published (for messages)
   uint32_t remote_ctx = 0;
+  // Payload bytes per datagram with this peer: the smaller of both sides'
+  // datagram limits (exchanged in the Address) minus the header.
+  uint32_t max_payload = 0;
+  uint32_t bounded_payload = 0;
   // --- sending side ---
   uint64_t next_seq = 0;
   uint64_t unacked_base = 0;  // seq of unacked.front()
@@ -160,6 +178,8 @@ struct Ctx {
   std::map<uint64_t, std::deque<PostedRecv>> posted;   // by slot
   std::map<uint64_t, std::deque<Arrival>> arrivals;    // by slot
   std::map<std::pair<int, uint64_t>, std::shared_ptr<RecvBufferReg>> regs;
+  std::deque<std::vector<uint8_t>> early;  // see kMaxEarlyDatagrams
+  size_t early_bytes = 0;
   // After the Gloo context is destroyed the engine keeps answering for it a
   // little while (like TCP's TIME_WAIT): a peer whose last ack was lost
   // retransmits, and must get its ack, or its final waitSend would time out.
@@ -226,6 +246,8 @@ struct Engine::Impl {
   uint32_t max_payload = 0;
 
   mutable std::mutex mu;
+  // Signalled when a peer acknowledges its first packet (the connect handshake).
+  std::condition_variable handshake_cv;
   std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
   uint32_t next_ctx = 1;
   uint64_t next_op = 1;
@@ -294,6 +316,10 @@ struct Engine::Impl {
 
   // ---- receive path ----
   void HandleDatagram(uint8_t* data, uint32_t len);
+  // Whether h can be applied now; false: keep it until its peer connects.
+  bool KeepForLater(const Ctx& c, const WireHeader& h) const;
+  void Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload);
+  void ReplayEarly(Ctx& c);
   void HandleAck(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* sack);
   void MarkAcked(Ctx& c, Peer& p, TxRecord& r, Clock::time_point now);
   bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);
@@ -511,13 +537,13 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
   int budget = kPeerBudget;
   while (budget > 0 && !tx_blocked && !p.data_queue.empty() &&
          p.next_seq - p.unacked_base < kMaxInflightPackets &&
-         p.inflight_bytes + max_payload <= c.window) {
+         p.inflight_bytes + p.max_payload <= c.window) {
     std::shared_ptr<OutMsg> m = p.data_queue.front();
     if (m->cancelled || m->packets_sent == m->packets_total) {
       p.data_queue.pop_front();
       continue;
     }
-    const uint64_t len = std::min<uint64_t>(max_payload, m->len - m->next_offset);
+    const uint64_t len = std::min<uint64_t>(p.max_payload, m->len - m->next_offset);
     WireHeader h;
     h.type = static_cast<uint8_t>(PacketType::kData);
     h.flags = (m->eager ? kFlagEager : 0) |
@@ -614,7 +640,7 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
           size_t emitted = 0;
           while (budget > 0 && !tx_blocked && j.next < end && emitted < kBurst &&
                  (rate <= 0 || bounded_tokens > 0)) {
-            const uint64_t len = std::min<uint64_t>(bounded_payload, end - j.next);
+            const uint64_t len = std::min<uint64_t>(p.bounded_payload, end - j.next);
             WireHeader h;
             FillHeader(c, p, &h);
             h.type = static_cast<uint8_t>(PacketType::kData);
@@ -755,19 +781,62 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     return;
   }
   if (c->closing) c->last_rx = Clock::now();
-  if (c->token == 0 || h.session_token != c->token) {
+  if (KeepForLater(*c, h)) {
+    // A peer that finished connecting sends before this rank has connected
+    // back (connectFullMesh connects pairs one by one): keep its packets
+    // instead of making it wait for a retransmission.
+    if (c->early.size() >= kMaxEarlyDatagrams || c->early_bytes + len > kMaxEarlyBytes) {
+      Bump(stats.early_dropped);
+      return;
+    }
+    c->early.emplace_back(data, data + len);
+    c->early_bytes += len;
+    Bump(stats.early_kept);
+    return;
+  }
+  Dispatch(*c, h, data + kHeaderBytes);
+}
+
+bool Engine::Impl::KeepForLater(const Ctx& c, const WireHeader& h) const {
+  if (c.closing || h.dst_rank != static_cast<uint32_t>(c.rank) ||
+      h.src_rank >= static_cast<uint32_t>(c.size) ||
+      h.src_rank == static_cast<uint32_t>(c.rank)) {
+    return false;
+  }
+  if (c.token != 0 && h.session_token != c.token) return false;
+  return c.token == 0 || !c.peers[h.src_rank].connected;
+}
+
+void Engine::Impl::ReplayEarly(Ctx& c) {
+  for (auto it = c.early.begin(); it != c.early.end();) {
+    WireHeader h;
+    if (ParseDatagram(it->data(), it->size(), &h, link_protects_payload) != ParseError::kOk) {
+      Bump(stats.malformed[static_cast<int>(ParseError::kBadLength)]);  // cannot happen
+    } else if (KeepForLater(c, h)) {
+      ++it;
+      continue;
+    } else {
+      Dispatch(c, h, it->data() + kHeaderBytes);
+    }
+    c.early_bytes -= it->size();
+    it = c.early.erase(it);
+  }
+}
+
+void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload) {
+  if (c.token == 0 || h.session_token != c.token) {
     Bump(stats.bad_token);
     return;
   }
-  if (h.dst_rank != static_cast<uint32_t>(c->rank) ||
-      h.src_rank >= static_cast<uint32_t>(c->size) ||
-      h.src_rank == static_cast<uint32_t>(c->rank) ||
-      !c->peers[h.src_rank].connected) {
+  if (h.dst_rank != static_cast<uint32_t>(c.rank) ||
+      h.src_rank >= static_cast<uint32_t>(c.size) ||
+      h.src_rank == static_cast<uint32_t>(c.rank) ||
+      !c.peers[h.src_rank].connected) {
     Bump(stats.bad_rank);
     return;
   }
-  Peer& p = c->peers[h.src_rank];
-  if (c->failed) {
+  Peer& p = c.peers[h.src_rank];
+  if (c.failed) {
     Bump(stats.failed_context);
     return;
   }
@@ -776,7 +845,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     case PacketType::kPing:
       // A closing context does not answer: a peer still waiting for it learns
       // that it is gone (its acks still answer retransmissions meanwhile).
-      if (!c->closing) SendLiveness(*c, p, PacketType::kPong, h.message_id);
+      if (!c.closing) SendLiveness(c, p, PacketType::kPong, h.message_id);
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
@@ -784,13 +853,14 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     default:
       break;
   }
-  const uint8_t* payload = data + kHeaderBytes;
   if (h.flags & kFlagUnreliable) {
-    if (!c->closing) HandleBounded(*c, p, h, payload);
+    if (!c.closing) HandleBounded(c, p, h, payload);
     return;
   }
   if (static_cast<PacketType>(h.type) == PacketType::kAck) {
-    HandleAck(*c, p, h, payload);
+    const bool first = p.unacked_base == 0;
+    HandleAck(c, p, h, payload);
+    if (first && p.unacked_base > 0) handshake_cv.notify_all();
     return;
   }
   switch (p.rx.Classify(h.seq)) {
@@ -806,7 +876,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   }
   // Only packets that were fully validated and applied consume their seq;
   // a rejected forgery cannot shadow the real packet with that number.
-  if (!Apply(*c, p, h, payload)) return;
+  if (!Apply(c, p, h, payload)) return;
   p.rx.Mark(h.seq);
   ++p.rx_since_ack;
 }
@@ -881,6 +951,12 @@ void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r,
 }
 
 void Engine::Impl::CompleteOut(Peer& p, const std::shared_ptr<OutMsg>& m) {
+  // An eager unbound send is done when the receiver took it (its credit
+  // came back), not when its packets are acknowledged: a send nobody
+  // receives times out, as over Gloo's TCP. Its payload is a private copy,
+  // so retransmissions after that never read the caller's buffer.
+  if (m->completed || (m->eager && m->kind == MsgKind::kUnbound && !m->delivered)) return;
+  m->completed = true;
   p.out_msgs.erase(m->id);
   if (m->sink) m->sink->Complete(/*send=*/true, m->op, p.rank);
 }
@@ -902,6 +978,12 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
         return false;
       }
       p.eager_credit += static_cast<int64_t>(h.aux);
+      if (auto it = p.out_msgs.find(h.message_id);
+          it != p.out_msgs.end() && it->second->eager) {
+        std::shared_ptr<OutMsg> m = it->second;
+        m->delivered = true;
+        CompleteOut(p, m);
+      }
       return true;
     case PacketType::kNop:
       return true;
@@ -1128,6 +1210,7 @@ void Engine::Impl::MaybeComplete(Ctx& c, Peer& p,
     p.eager_stashed -= m->charge;
     WireHeader credit;
     credit.type = static_cast<uint8_t>(PacketType::kCredit);
+    credit.message_id = m->id;  // completes the sender's send (CompleteOut)
     credit.aux = m->charge;
     p.ctrl.push_back(credit);
   }
@@ -1353,6 +1436,8 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
     Peer& p = c->peers[i];
     p.rank = i;
     p.eager_credit = static_cast<int64_t>(impl_->opts.eager_budget_per_peer);
+    p.max_payload = impl_->max_payload;
+    p.bounded_payload = impl_->bounded_payload;
     p.rtt = RttEstimator(impl_->opts.initial_rto, impl_->opts.min_rto,
                          impl_->opts.max_rto);
     p.live = PeerLiveness(impl_->opts.peer_dead);
@@ -1390,7 +1475,8 @@ void Engine::UnregisterContext(uint32_t ctx) {
 
 absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
                                  const IoAddress& io, uint32_t remote_ctx,
-                                 uint64_t remote_token) {
+                                 uint64_t remote_token,
+                                 uint32_t remote_max_datagram) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
@@ -1399,18 +1485,61 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
         "cannot connect rank ", c->rank, " to rank ", peer_rank,
         " in a context of size ", c->size));
   }
+  if (remote_max_datagram < kHeaderBytes + 64) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "rank ", peer_rank, " announces a datagram size of ", remote_max_datagram,
+        " bytes, below the ", kHeaderBytes + 64, " the protocol needs"));
+  }
+  Peer& p = c->peers[peer_rank];
+  if (p.connected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", c->rank, " is already connected to rank ", peer_rank));
+  }
   auto handle = impl_->io->ResolvePeer(io);
   if (!handle.ok()) return handle.status();
-  Peer& p = c->peers[peer_rank];
   p.handle = *handle;
+  p.io = io;
   p.remote_ctx = remote_ctx;
+  p.max_payload = std::min<uint32_t>(impl_->max_payload, remote_max_datagram - kHeaderBytes);
+  p.bounded_payload = std::min<uint32_t>(impl_->bounded_payload, p.max_payload / 64 * 64);
   p.connected = true;
   if (peer_rank == 0) c->token = remote_token;
+  // The handshake: the first packet to a peer (sequence 0) is a NOP, and
+  // its ack (WaitPeer) says the peer is there and has connected back.
+  WireHeader hello;
+  hello.type = static_cast<uint8_t>(PacketType::kNop);
+  p.ctrl.push_front(hello);
+  // Packets the peer sent before this rank connected to it (or before the
+  // job's token was known) apply now.
+  impl_->ReplayEarly(*c);
   // Hello: a peer that connected its side first hears that we are here (and
   // answers), so both sides judge each other's liveness from now on.
   impl_->SendLiveness(*c, p, PacketType::kPing, 0);
-  impl_->Flush();
-  impl_->io->Wake();
+  impl_->Kick(*c, p);
+  return absl::OkStatus();
+}
+
+absl::Status Engine::WaitPeer(uint32_t ctx, int peer_rank,
+                              std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (peer_rank < 0 || peer_rank >= c->size || !c->peers[peer_rank].connected) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "rank ", c->rank, " has not connected to rank ", peer_rank));
+  }
+  const int rank = c->rank;
+  auto answered = [&] {
+    Ctx* now = impl_->FindCtx(ctx);
+    return now == nullptr || now->peers[peer_rank].unacked_base > 0;
+  };
+  if (!impl_->handshake_cv.wait_for(lock, timeout, answered)) {
+    return absl::DeadlineExceededError(absl::StrCat(
+        "rank ", rank, ": no answer from rank ", peer_rank, " at ",
+        impl_->io->AddressToString(c->peers[peer_rank].io), " within ",
+        timeout.count(), " ms (is it running, reachable, and part of this job?)"));
+  }
+  if (!impl_->FindCtx(ctx)) return absl::NotFoundError(absl::StrCat("no context ", ctx));
   return absl::OkStatus();
 }
 
@@ -1427,6 +1556,15 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
                                           uint64_t slot, const void* data,
                                           size_t len, uint64_t remote_offset,
                                           const std::shared_ptr<OpSink>& sink) {
+  auto m = std::make_shared<OutMsg>();
+  m->data = static_cast<const uint8_t*>(data);
+  if (len > 0 && len <= impl_->opts.eager_max_message) {
+    // Taken now, as Gloo's TCP pair writes a message of this size out
+    // inside send(): the caller may reuse its buffer at once (Gloo's
+    // algorithm classes do), and no retransmission reads it later.
+    m->owned.assign(m->data, m->data + len);
+    m->data = m->owned.data();
+  }
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
@@ -1439,20 +1577,18 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
   if (c->failed) return impl_->RefuseOnFailed(*c, /*send=*/true, sink);
   if (!p.connected || p.closed) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "pair from rank ", c->rank, " to rank ", dst, " is not connected"));
+        "pair from rank ", c->rank, " to rank ", dst,
+        p.closed ? " is closed" : " is not connected"));
   }
-  auto m = std::make_shared<OutMsg>();
   m->id = p.next_msg_id++;
   m->op = impl_->next_op++;
   m->slot = slot;
   m->peer = dst;
   m->kind = kind;
-  m->data = static_cast<const uint8_t*>(data);
   m->len = len;
   m->remote_offset = remote_offset;
   m->sink = sink;
-  m->packets_total =
-      len == 0 ? 1 : (len + impl_->max_payload - 1) / impl_->max_payload;
+  m->packets_total = len == 0 ? 1 : (len + p.max_payload - 1) / p.max_payload;
   m->charge = std::max<uint64_t>(len, kMinEagerCharge);
   sink->AddPending(true, m->op,
                    absl::StrCat("send of ", len, " bytes to rank ", dst,
@@ -1493,20 +1629,26 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
     return absl::InvalidArgumentError("recv needs at least one source rank");
   }
   if (c->failed) return impl_->RefuseOnFailed(*c, /*send=*/false, sink);
+  std::vector<int> from;
+  from.reserve(srcs.size());
   for (int s : srcs) {
-    if (s < 0 || s >= c->size || s == c->rank) {
+    if (s < 0 || s >= c->size) {
       return absl::InvalidArgumentError(absl::StrCat(
           "rank ", c->rank, " cannot recv from rank ", s, " (context size ",
           c->size, ")"));
     }
+    // A recv-from-any set may name this rank (torch's recv without src
+    // passes the whole group): nothing comes from it, as over Gloo's TCP.
+    if (s == c->rank) continue;
     if (!c->peers[s].connected || c->peers[s].closed) {
       return absl::FailedPreconditionError(absl::StrCat(
           "pair from rank ", c->rank, " to rank ", s, " is not connected"));
     }
+    from.push_back(s);
   }
   PostedRecv r;
   r.op = impl_->next_op++;
-  r.srcs = srcs;
+  r.srcs = std::move(from);
   r.ptr = static_cast<uint8_t*>(data);
   r.capacity = capacity;
   r.sink = sink;
@@ -1514,12 +1656,13 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
                    absl::StrCat("recv of up to ", capacity,
                                 " bytes from rank(s) ", RanksToString(srcs),
                                 " on slot ", slot));
+  const std::vector<int>& allowed = r.srcs;
   // Earliest arrival from any allowed source wins (recv-from-any).
   auto arr = c->arrivals.find(slot);
   if (arr != c->arrivals.end()) {
     auto& q = arr->second;
     for (auto it = q.begin(); it != q.end(); ++it) {
-      if (std::find(srcs.begin(), srcs.end(), it->peer) == srcs.end()) continue;
+      if (std::find(allowed.begin(), allowed.end(), it->peer) == allowed.end()) continue;
       Arrival a = std::move(*it);
       q.erase(it);
       if (q.empty()) c->arrivals.erase(arr);
@@ -1609,8 +1752,10 @@ void Engine::Cancel(const OpSink* sink) {
           ++it;
         } else if (m.len <= kDetachLimit) {
           // Finish it from a private copy, reporting to nobody.
-          m.owned.assign(m.data, m.data + m.len);
-          m.data = m.owned.data();
+          if (m.len > 0 && m.owned.empty()) {
+            m.owned.assign(m.data, m.data + m.len);
+            m.data = m.owned.data();
+          }
           m.sink.reset();
           ++it;
         } else {
@@ -1654,9 +1799,9 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   j.ranges.emplace_back(0, total);
   // The last 1% of the packets (at least four, so that one lost packet does not turn
   // the early timeout into a deadline) carry kFlagLast.
-  const uint64_t packets = (total + impl_->bounded_payload - 1) / impl_->bounded_payload;
+  const uint64_t packets = (total + p.bounded_payload - 1) / p.bounded_payload;
   const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
-  j.last_from = packets > flagged ? (packets - flagged) * impl_->bounded_payload : 0;
+  j.last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
   j.order = c->bounded_next_order++;
   p.bounded_queue.push_back(std::move(j));
   impl_->Kick(*c, p);
@@ -1675,7 +1820,7 @@ absl::Status Engine::RequestRepair(
                                                    " which is not a connected peer"));
   }
   Peer& p = c->peers[dst];
-  const size_t per_packet = std::max<size_t>(1, impl_->max_payload / 16);
+  const size_t per_packet = std::max<size_t>(1, p.max_payload / 16);
   for (size_t i = 0; i < missing.size(); i += per_packet) {
     const size_t n = std::min(per_packet, missing.size() - i);
     std::vector<uint8_t> body(16 * n);
@@ -1782,6 +1927,8 @@ absl::Status Engine::ContextFailure(uint32_t ctx) const {
 }
 
 IoAddress Engine::LocalAddress() const { return impl_->io->LocalAddress(); }
+
+uint32_t Engine::MaxDatagram() const { return impl_->io->MaxDatagram(); }
 
 std::string Engine::Describe() const { return impl_->io->Describe(); }
 

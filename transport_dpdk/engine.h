@@ -73,8 +73,17 @@ class Engine {
   // the session token (the job uses rank 0's).
   uint32_t RegisterContext(int rank, int size, uint64_t local_token);
   void UnregisterContext(uint32_t ctx);
+  // Records the peer (its datagram limit too: the pair uses the smaller of
+  // both sides') and starts the handshake; does not block.
   absl::Status ConnectPeer(uint32_t ctx, int peer_rank, const IoAddress& io,
-                           uint32_t remote_ctx, uint64_t remote_token);
+                           uint32_t remote_ctx, uint64_t remote_token,
+                           uint32_t remote_max_datagram);
+  // Waits until the connected peer has answered the handshake (it runs, is
+  // reachable, belongs to this job and has connected back to this rank):
+  // DeadlineExceeded after `timeout`.
+  absl::Status WaitPeer(uint32_t ctx, int peer_rank, std::chrono::milliseconds timeout);
+  // Largest datagram this engine sends and receives (published in the Address).
+  uint32_t MaxDatagram() const;
   void ClosePeer(uint32_t ctx, int peer_rank);
 
   // Operations. Memory must stay valid until the op completes or the sink

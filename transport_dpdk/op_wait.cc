@@ -37,7 +37,9 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
     sink.errors.pop_front();
     GLOO_THROW_IO_EXCEPTION(e);
   }
-  if (done.empty()) {  // aborted
+  // An abort wins over a completion that is ready (as over Gloo's TCP): it
+  // interrupts this one wait, and the completion goes to the next.
+  if (aborted) {
     aborted = false;
     return false;
   }

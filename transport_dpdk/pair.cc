@@ -14,7 +14,8 @@ Pair::Pair(Context* context, int peer)
     : context_(context),
       peer_(peer),
       local_(context->engine().LocalAddress(), context->rank, context->size,
-             context->id(), context->local_token()) {}
+             context->id(), context->local_token(),
+             context->engine().MaxDatagram()) {}
 
 Pair::~Pair() { close(); }
 
@@ -32,13 +33,21 @@ void Pair::connect(const std::vector<char>& bytes) {
         remote->size());
   }
   auto st = context_->engine().ConnectPeer(context_->id(), peer_, remote->io(),
-                                           remote->context_id(),
-                                           remote->token());
+                                           remote->context_id(), remote->token(),
+                                           remote->max_datagram());
   if (!st.ok()) {
     GLOO_THROW_IO_EXCEPTION("rank ", context_->rank, " connecting to rank ",
                             peer_, ": ", st.ToString());
   }
   connected_ = true;
+  // Like Gloo's TCP connect, return only once the peer has answered: a dead,
+  // unreachable or foreign address is an error here, not at the first op.
+  const auto timeout = context_->getTimeout();
+  st = context_->engine().WaitPeer(context_->id(), peer_, timeout);
+  if (!st.ok()) {
+    GLOO_THROW_IO_EXCEPTION("rank ", context_->rank, " connecting to rank ",
+                            peer_, ": ", st.message());
+  }
 }
 
 void Pair::close() {

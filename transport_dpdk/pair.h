@@ -1,6 +1,11 @@
 // pair.h — the Gloo Pair: one rank's link to one peer inside a context.
-// connect() only records the peer's address with the engine (no handshake,
-// no blocking), so connecting pairs in rank order cannot deadlock.
+// connect() records the peer's address with the engine and waits (up to the
+// context's timeout) until the peer answers the handshake, as Gloo's TCP
+// connect does. The peer answers once it has connected its own pair back;
+// connectFullMesh connects pairs in rank order on every rank, so the
+// lexicographically smallest pair still open is always being connected by
+// both of its ranks and the mesh cannot deadlock. Packets a peer sends
+// before this rank connected back are kept (engine.h) and applied then.
 #pragma once
 
 #include <gloo/transport/pair.h>

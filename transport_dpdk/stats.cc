@@ -7,7 +7,8 @@ namespace transport {
 
 uint64_t Stats::TotalDropped() const {
   uint64_t n = bad_token + bad_context + bad_rank + bad_offset +
-               unknown_message + out_of_window + unsupported + failed_context;
+               unknown_message + out_of_window + unsupported + failed_context +
+               early_dropped;
   for (uint64_t m : malformed) n += m;
   return n;
 }
@@ -21,7 +22,7 @@ std::string Stats::ToString() const {
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
       out_of_window, " unsupported ", unsupported, " to failed ctx ", failed_context,
-      "; bounded tx ",
+      " early ", early_dropped, " (kept ", early_kept, "); bounded tx ",
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
       repair_requests_sent, "/", repair_requests_received, " absent ",
       repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
@@ -66,6 +67,8 @@ Stats AtomicStats::Snapshot() const {
   s.out_of_window = r(out_of_window);
   s.unsupported = r(unsupported);
   s.failed_context = r(failed_context);
+  s.early_kept = r(early_kept);
+  s.early_dropped = r(early_dropped);
   s.bounded_tx_packets = r(bounded_tx_packets);
   s.bounded_rx_packets = r(bounded_rx_packets);
   s.repair_requests_sent = r(repair_requests_sent);

@@ -29,6 +29,9 @@ struct Stats {
   uint64_t out_of_window = 0;     // seq beyond the receive window
   uint64_t unsupported = 0;       // packets of a kind this context cannot take
   uint64_t failed_context = 0;    // for a context that failed (peer gone, timeout)
+  // Datagrams that arrived before their sender was connected: kept and applied
+  // once it is, or dropped beyond the bound (the sender retransmits them).
+  uint64_t early_kept = 0, early_dropped = 0;
   // Bounded service (OptiReduce mode).
   uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
   uint64_t repair_requests_sent = 0, repair_requests_received = 0;
@@ -53,6 +56,7 @@ struct AtomicStats {
   std::atomic<uint64_t> bad_token{0}, bad_context{0}, bad_rank{0};
   std::atomic<uint64_t> bad_offset{0}, unknown_message{0}, out_of_window{0};
   std::atomic<uint64_t> unsupported{0}, failed_context{0};
+  std::atomic<uint64_t> early_kept{0}, early_dropped{0};
   std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
   std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
   std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};

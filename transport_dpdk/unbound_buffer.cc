@@ -20,14 +20,16 @@ UnboundBuffer::~UnboundBuffer() {
 }
 
 size_t UnboundBuffer::Resolve(size_t offset, size_t nbytes) const {
-  // Gloo's bcube allreduce posts empty transfers at offsets past the end
-  // when there are fewer elements than ranks; an empty transfer touches no
-  // memory, so any offset is fine for it.
-  if (nbytes == 0 || (nbytes == kUnspecifiedByteCount && offset >= size)) {
-    return 0;
+  // As Gloo's TCP transport: "the rest of the buffer" needs an offset within
+  // it (at its end: an empty transfer); an empty transfer may name any
+  // offset (Gloo's bcube allreduce posts them past the end when there are
+  // fewer elements than ranks), since it touches no memory.
+  if (nbytes == kUnspecifiedByteCount) {
+    GLOO_ENFORCE(offset <= size, "offset ", offset, " beyond buffer size ", size);
+    nbytes = size - offset;
   }
+  if (nbytes == 0) return 0;
   GLOO_ENFORCE(offset <= size, "offset ", offset, " beyond buffer size ", size);
-  if (nbytes == kUnspecifiedByteCount) nbytes = size - offset;
   GLOO_ENFORCE(nbytes <= size - offset, "offset ", offset, " + nbytes ",
                nbytes, " exceeds buffer size ", size);
   return nbytes;

@@ -1,0 +1,413 @@
+// Side by side with Gloo's TCP transport: every case runs on Gloo's TCP
+// device and on ours (udp, loop), through the Gloo API users call, and the
+// outcomes (values seen, or the type of exception thrown) must be the same.
+// The expected outcome is also spelled out, so a change in either transport
+// shows up here.
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/common/logging.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstring>
+#include <functional>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport_dpdk/device.h"
+
+namespace optireduce {
+namespace testing {
+namespace {
+
+using Ctx = std::shared_ptr<gloo::Context>;
+using std::chrono::milliseconds;
+
+// Gloo's TCP pair writes to a socket its peer reset without MSG_NOSIGNAL;
+// processes using it (torch does too) ignore SIGPIPE.
+const bool kSigpipeIgnored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
+
+std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& kind) {
+  if (kind == "tcp") {
+    gloo::transport::tcp::attr a;
+    a.hostname = "127.0.0.1";
+    return gloo::transport::tcp::CreateDevice(a);
+  }
+  if (kind == "udp") {
+    transport::udp::attr a;
+    a.hostname = "127.0.0.1";
+    return transport::udp::CreateDevice(a);
+  }
+  return transport::loop::CreateDevice(transport::loop::attr{});
+}
+
+// The type of the exception in flight, as a word.
+std::string Classify(const std::exception& e) {
+  if (dynamic_cast<const gloo::IoException*>(&e)) return "IoException";
+  if (dynamic_cast<const gloo::InvalidOperationException*>(&e)) return "InvalidOperation";
+  if (dynamic_cast<const gloo::EnforceNotMet*>(&e)) return "EnforceNotMet";
+  if (dynamic_cast<const gloo::Exception*>(&e)) return "gloo::Exception";
+  return "std::exception";
+}
+
+// Runs f and returns what it returned, or "throws <type>".
+std::string Outcome(const std::function<std::string()>& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return "throws " + Classify(e);
+  }
+}
+
+// Shared between the rank threads of one case: one-shot signals, so a rank
+// can wait for another to reach a point (no sleeps).
+struct Signals {
+  std::promise<void> p[4];
+  std::shared_future<void> f[4] = {p[0].get_future().share(), p[1].get_future().share(),
+                                   p[2].get_future().share(), p[3].get_future().share()};
+  void Set(int i) { p[i].set_value(); }
+  void Wait(int i) { f[i].wait(); }
+};
+
+using CaseBody = std::function<std::string(const Ctx&, Signals&)>;
+
+// Runs body on `size` ranks (threads) over devices of `kind`; returns the
+// outcome of every rank whose outcome matters (ranks in `report`), joined.
+std::string RunCase(const std::string& kind, int size, const CaseBody& body,
+                    const std::vector<int>& report, milliseconds timeout = milliseconds(5000)) {
+  gloo::rendezvous::HashStore store;
+  Signals signals;
+  std::vector<std::string> out(size);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) {
+    threads.emplace_back([&, r] {
+      out[r] = Outcome([&] {
+        auto ctx = std::make_shared<gloo::rendezvous::Context>(r, size);
+        ctx->setTimeout(timeout);
+        auto dev = MakeDevice(kind);
+        ctx->connectFullMesh(store, dev);
+        return body(ctx, signals);
+      });
+    });
+  }
+  for (auto& t : threads) t.join();
+  std::string s;
+  for (int r : report) s += (s.empty() ? "" : " | ") + ("rank " + std::to_string(r) + ": " + out[r]);
+  return s;
+}
+
+// Cases. Each returns a description of what the rank observed.
+
+// torch.distributed.recv without src passes every rank of the group, its
+// own included: a recv-from-any whose set names the receiver.
+std::string RecvAnyIncludingSelf(const Ctx& c, Signals&) {
+  int v = c->rank == 1 ? -1 : 100 + c->rank;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  if (c->rank != 1) {
+    buf->send(1, 7);
+    buf->waitSend();
+    return "sent";
+  }
+  std::vector<int> all;
+  for (int r = 0; r < c->size; ++r) all.push_back(r);
+  int sum = 0, src_sum = 0;
+  for (int k = 0; k < c->size - 1; ++k) {
+    buf->recv(all, 7);
+    int src = -1;
+    buf->waitRecv(&src);
+    sum += v;
+    src_sum += src;
+  }
+  return "sum " + std::to_string(sum) + " sources " + std::to_string(src_sum);
+}
+
+// A recv-from-any whose only candidate is the receiver never completes.
+std::string RecvAnyOnlySelf(const Ctx& c, Signals&) {
+  int v = 0;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  if (c->rank != 1) return "idle";
+  buf->recv(std::vector<int>{1}, 7);
+  return buf->waitRecv(milliseconds(100)) ? "completed" : "aborted";
+}
+
+// abortWaitRecv before anything arrived: the wait returns false; the recv
+// stays posted and completes later.
+std::string AbortBeforeCompletion(const Ctx& c, Signals& s) {
+  int v = c->rank == 0 ? 42 : -1;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  if (c->rank == 0) {
+    s.Wait(0);
+    buf->send(1, 3);
+    buf->waitSend();
+    return "sent";
+  }
+  buf->recv(0, 3);
+  buf->abortWaitRecv();
+  const bool first = buf->waitRecv();
+  s.Set(0);
+  const bool second = buf->waitRecv();
+  return std::string(first ? "true" : "false") + "," + (second ? "true" : "false") + " value " +
+         std::to_string(v);
+}
+
+// abortWaitRecv while completions are waiting: the abort wins once, then
+// the completions are reported.
+std::string AbortAfterCompletion(const Ctx& c, Signals&) {
+  int a[2] = {0, 0}, fence = 0;
+  auto buf = c->createUnboundBuffer(a, sizeof(a));
+  auto fbuf = c->createUnboundBuffer(&fence, sizeof(fence));
+  if (c->rank == 0) {
+    a[0] = 1;
+    a[1] = 2;
+    buf->send(1, 1, 0, sizeof(int));
+    buf->send(1, 2, sizeof(int), sizeof(int));
+    fence = 3;
+    fbuf->send(1, 3);
+    buf->waitSend();
+    buf->waitSend();
+    fbuf->waitSend();
+    return "sent";
+  }
+  buf->recv(0, 1, 0, sizeof(int));
+  buf->recv(0, 2, sizeof(int), sizeof(int));
+  fbuf->recv(0, 3);
+  fbuf->waitRecv();  // the pair delivers in order: both earlier messages are in
+  buf->abortWaitRecv();
+  std::string r = buf->waitRecv() ? "true" : "false";
+  r += buf->waitRecv() ? ",true" : ",false";
+  r += buf->waitRecv() ? ",true" : ",false";
+  return r + " values " + std::to_string(a[0]) + "," + std::to_string(a[1]);
+}
+
+// abortWaitSend with no send pending: the wait returns false.
+std::string AbortSendNothingPending(const Ctx& c, Signals&) {
+  int v = 0;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  buf->abortWaitSend();
+  return buf->waitSend() ? "true" : "false";
+}
+
+// A recv times out; a second recv on the same slot, into another buffer,
+// must fail too (the context is no longer usable), never receive.
+std::string TimeoutThenRetrySameSlot(const Ctx& c, Signals& s) {
+  int a = -1, b = -1;
+  auto ba = c->createUnboundBuffer(&a, sizeof(a));
+  auto bb = c->createUnboundBuffer(&b, sizeof(b));
+  if (c->rank == 0) {
+    s.Wait(0);
+    a = 5;
+    Outcome([&] {
+      ba->send(1, 9);
+      ba->waitSend(milliseconds(500));
+      return "";
+    });
+    s.Set(1);
+    return "sent";
+  }
+  std::string first = Outcome([&] {
+    ba->recv(0, 9);
+    ba->waitRecv(milliseconds(20));
+    return std::string("received");
+  });
+  s.Set(0);
+  std::string second = Outcome([&] {
+    bb->recv(0, 9);
+    bb->waitRecv(milliseconds(2000));
+    return "received " + std::to_string(b);
+  });
+  s.Wait(1);
+  return first + "; " + second;
+}
+
+// Offsets at or past the end of the buffer.
+std::string OffsetPastEnd(const Ctx& c, Signals&) {
+  if (c->rank != 1) return "idle";
+  int v[4] = {};
+  auto buf = c->createUnboundBuffer(v, sizeof(v));
+  auto recv = [&](size_t off, size_t n) {
+    return Outcome([&] {
+      buf->recv(0, 5, off, n);
+      return std::string("posted");
+    });
+  };
+  auto send = [&](size_t off, size_t n) {
+    return Outcome([&] {
+      buf->send(0, 6, off, n);
+      return std::string("posted");
+    });
+  };
+  return "recv(16,4) " + recv(16, 4) + ", recv(12,8) " + recv(12, 8) + ", recv(17,all) " +
+         recv(17, gloo::transport::UnboundBuffer::kUnspecifiedByteCount) + ", send(16,4) " +
+         send(16, 4) + ", send(20,all) " +
+         send(20, gloo::transport::UnboundBuffer::kUnspecifiedByteCount);
+}
+
+// Operations on a pair after Pair::close().
+std::string SendOnClosedPair(const Ctx& c, Signals& s) {
+  int v = 1;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  if (c->rank == 0) {
+    c->getPair(1)->close();
+    std::string r = Outcome([&] {
+      buf->send(1, 4);
+      buf->waitSend(milliseconds(200));
+      return std::string("completed");
+    });
+    s.Set(0);
+    return r;
+  }
+  s.Wait(0);
+  return "idle";
+}
+
+// The peer closed its side of the pair: the send is never received.
+std::string SendToPeerThatClosed(const Ctx& c, Signals& s) {
+  int v = 1;
+  auto buf = c->createUnboundBuffer(&v, sizeof(v));
+  if (c->rank == 1) {
+    c->getPair(0)->close();
+    s.Set(0);
+    s.Wait(1);
+    return "closed";
+  }
+  s.Wait(0);
+  std::string r = Outcome([&] {
+    buf->send(1, 4);
+    buf->waitSend(milliseconds(500));
+    return std::string("completed");
+  });
+  s.Set(1);
+  return r;
+}
+
+// gloo::broadcast from the root while the other rank never joins: the
+// root's send is never received, so it times out.
+std::string SendNobodyReceives(const Ctx& c, Signals& s) {
+  if (c->rank == 1) {
+    s.Wait(0);
+    return "idle";
+  }
+  std::string r = Outcome([&] {
+    int v = 7;
+    gloo::BroadcastOptions o(c);
+    o.setOutput(&v, 1);
+    o.setRoot(0);
+    o.setTimeout(milliseconds(10));
+    gloo::broadcast(o);
+    return std::string("returned");
+  });
+  s.Set(0);
+  return r;
+}
+
+// An old-style Buffer reused right after send() (before waitSend), as
+// Gloo's AllreduceBcube does: the receiver sees what was there at send().
+std::string BufferReuseAfterSend(const Ctx& c, Signals& s) {
+  std::vector<int> v(256, c->rank == 0 ? 11 : -1);
+  if (c->rank == 1) {
+    auto rb = c->getPair(0)->createRecvBuffer(8, v.data(), v.size() * sizeof(int));
+    s.Set(0);
+    rb->waitRecv();
+    int bad = 0;
+    for (int x : v) bad += x != 11;
+    return "wrong elements " + std::to_string(bad);
+  }
+  auto sb = c->getPair(1)->createSendBuffer(8, v.data(), v.size() * sizeof(int));
+  s.Wait(0);
+  sb->send();
+  std::fill(v.begin(), v.end(), 99);
+  sb->waitSend();
+  return "sent";
+}
+
+struct CaseSpec {
+  const char* name;
+  int size;
+  CaseBody body;
+  std::vector<int> report;
+  const char* tcp_outcome;  // what Gloo's TCP transport does
+};
+
+const std::vector<CaseSpec>& Cases() {
+  static const auto* cases = new std::vector<CaseSpec>{
+      {"RecvAnyIncludingSelf", 3, RecvAnyIncludingSelf, {1}, "rank 1: sum 202 sources 2"},
+      {"RecvAnyOnlySelf", 2, RecvAnyOnlySelf, {1}, "rank 1: throws IoException"},
+      {"AbortBeforeCompletion", 2, AbortBeforeCompletion, {1}, "rank 1: false,true value 42"},
+      {"AbortAfterCompletion", 2, AbortAfterCompletion, {1}, "rank 1: false,true,true values 1,2"},
+      {"AbortSendNothingPending", 2, AbortSendNothingPending, {0, 1},
+       "rank 0: false | rank 1: false"},
+      {"TimeoutThenRetrySameSlot", 2, TimeoutThenRetrySameSlot, {1},
+       "rank 1: throws IoException; throws IoException"},
+      {"OffsetPastEnd", 2, OffsetPastEnd, {1},
+       "rank 1: recv(16,4) throws EnforceNotMet, recv(12,8) throws EnforceNotMet, "
+       "recv(17,all) throws EnforceNotMet, send(16,4) throws EnforceNotMet, "
+       "send(20,all) throws EnforceNotMet"},
+      // Gloo's TCP pair refuses work after close() with an EnforceNotMet.
+      {"SendOnClosedPair", 2, SendOnClosedPair, {0}, "rank 0: throws EnforceNotMet"},
+      {"SendToPeerThatClosed", 2, SendToPeerThatClosed, {0}, "rank 0: throws IoException"},
+      {"SendNobodyReceives", 2, SendNobodyReceives, {0}, "rank 0: throws IoException"},
+      {"BufferReuseAfterSend", 2, BufferReuseAfterSend, {1}, "rank 1: wrong elements 0"},
+  };
+  return *cases;
+}
+
+class Semantics : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(Semantics, SameOutcomeAsTcp) {
+  const std::string& name = std::get<0>(GetParam());
+  const std::string& kind = std::get<1>(GetParam());
+  for (const CaseSpec& c : Cases()) {
+    if (name != c.name) continue;
+    const std::string tcp = RunCase("tcp", c.size, c.body, c.report);
+    EXPECT_EQ(tcp, c.tcp_outcome) << "Gloo's TCP transport changed behaviour";
+    const std::string ours = RunCase(kind, c.size, c.body, c.report);
+    EXPECT_EQ(ours, tcp) << "on " << kind;
+  }
+}
+
+std::vector<std::string> CaseNames() {
+  std::vector<std::string> n;
+  for (const CaseSpec& c : Cases()) n.push_back(c.name);
+  return n;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, Semantics,
+    ::testing::Combine(::testing::ValuesIn(CaseNames()), ::testing::Values("udp", "loop")),
+    [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
+
+// Connecting to an address nobody answers at (its device is gone) is an
+// error within the context's timeout, on both transports.
+std::string ConnectDead(const std::string& kind) {
+  return Outcome([&] {
+    std::vector<char> dead;
+    {
+      auto dev = MakeDevice(kind);
+      auto ctx = dev->createContext(1, 2);
+      auto& pair = ctx->createPair(0);
+      dead = pair->address().bytes();
+    }
+    auto dev = MakeDevice(kind);
+    auto ctx = dev->createContext(0, 2);
+    ctx->setTimeout(milliseconds(300));
+    auto& pair = ctx->createPair(1);
+    pair->connect(dead);
+    return std::string("connected");
+  });
+}
+
+TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {
+  const std::string tcp = ConnectDead("tcp");
+  EXPECT_EQ(tcp, "throws IoException");
+  EXPECT_EQ(ConnectDead("udp"), tcp);
+  EXPECT_EQ(ConnectDead("loop"), tcp);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace optireduce
