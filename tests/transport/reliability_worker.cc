@@ -565,6 +565,8 @@ int PeerFail(int size) {
   {
     std::vector<char> junk(64 * 1024, 0x5a);
     if (BoundedChannel* old = optireduce::BoundedChannelOf(*ctx)) {
+      // (The old context failed when its reliable TAR found the victim gone, and a failed
+      // context sends nothing more: what reaches the new job is what was in flight.)
       old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size(), /*estimated=*/false);
       old->Detach(0x5a5a0);
     }
