@@ -1447,6 +1447,7 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   p.handle = *handle;
   p.remote_ctx = remote_ctx;
   p.connected = true;
+  p.live.Connected(Clock::now());
   if (peer_rank == 0) c->token = remote_token;
   // Hello: a peer that connected its side first hears that we are here (and
   // answers), so both sides judge each other's liveness from now on.
