@@ -3,7 +3,7 @@
 // dies at its point and the survivors must raise gloo::IoException.
 //
 //   peer_death_worker --rank=R --size=N --store=DIR --info=DIR --victim=V
-//                     --device=udp|tcp|dpdk --op=allreduce|broadcast|barrier|sendrecv|recv_any
+//                     --device=udp|tcp|dpdk --op=allreduce|broadcast|barrier|sendrecv|recv_any|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
 //
@@ -141,6 +141,35 @@ std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& c
   return "unknown op " + op;
 }
 
+// --op=idle: three barriers, then the victim dies and the others stay idle (nothing posted)
+// for 2 s with one live and one dead peer; each writes cpu.R: "<progress thread s>
+// <process s> <wall s>" (progress thread -1 on Gloo's TCP device, which has none of ours).
+int Idle(const std::shared_ptr<gloo::Context>& ctx, int victim) {
+  for (int i = 0; i < 3; ++i) RunOp("barrier", ctx, i);
+  if (ctx->rank == victim) Die(ctx->rank);
+  const std::string died = g_args["info"] + "/died." + std::to_string(victim);
+  for (int k = 0; k < 30000 && access(died.c_str(), F_OK) != 0; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto* ours = dynamic_cast<optireduce::transport::Device*>(ctx->getDevice().get());
+  auto process_cpu = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double t0 = ours ? ours->ProgressThreadCpuSeconds() : 0, p0 = process_cpu();
+  const auto w0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  const double thread = ours ? ours->ProgressThreadCpuSeconds() - t0 : -1;
+  WriteFile("cpu." + std::to_string(ctx->rank), std::to_string(thread) + " " +
+                                                    std::to_string(process_cpu() - p0) + " " +
+                                                    std::to_string(wall) + "\n");
+  // Leave without tearing down: the context would wait for the dead peer's linger.
+  _exit(0);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -203,6 +232,7 @@ int main(int argc, char** argv) {
         }
       }
     }
+    if (op == "idle") return Idle(ctx, victim);
     for (int i = 0; i < 100000; ++i) {
       if (rank == victim) {
         if ((at == "before" && i == 0) || (at == "between" && i == 3)) Die(rank);
