@@ -181,6 +181,9 @@ int main(int argc, char** argv) {
     }
     g_args[a.substr(2, a.find('=') - 2)] = a.substr(a.find('=') + 1);
   }
+  // As in a Python (torch) process: a write to a socket the dead peer closed must not kill
+  // the survivor (Gloo's TCP pair writes without MSG_NOSIGNAL).
+  signal(SIGPIPE, SIG_IGN);
   const int rank = std::stoi(g_args["rank"]);
   const int size = std::stoi(g_args["size"]);
   const int victim = std::stoi(g_args["victim"]);
