@@ -778,6 +778,10 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
     return;
   }
   p.live.Heard(Clock::now());
+  if (!p.gone_reason.empty()) {  // it spoke: whoever said it was gone was wrong
+    p.gone_reason.clear();
+    p.gone_blame = -1;
+  }
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
       // A closing context does not answer: a peer still waiting for it learns
@@ -1263,6 +1267,16 @@ void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
     p.gone_blame = p.rank;
   }
   p.live.Unreachable();
+  // The blamed rank is gone for this context too (the group shares its fate): what
+  // is pending with it fails now rather than at this rank's own next probe.
+  if (p.gone_blame != p.rank) {
+    Peer& x = c.peers[p.gone_blame];
+    if (x.connected && x.gone_reason.empty()) {
+      x.gone_reason = p.gone_reason;
+      x.gone_blame = p.gone_blame;
+      x.live.Unreachable();
+    }
+  }
   next_liveness = Clock::now();  // judged in this iteration if something is pending
 }
 
