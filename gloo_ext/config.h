@@ -81,6 +81,7 @@ struct Config {
   // Both datagram devices.
   std::string faults;           // fault injection spec (validated here)
   uint64_t session_token = 0;   // 0 = agreed per job at connect time
+  uint32_t peer_dead_ms = 1000;  // peer liveness bound (EngineOptions::peer_dead)
 
   // Redis rendezvous (used by rendezvous::RedisOptionsFromEnv and optireduce.RedisStore).
   std::string redis_url;  // validated here when set; the password is never printed

@@ -67,6 +67,7 @@ transport::EngineOptions EngineOptionsOf(const Config& config) {
   transport::EngineOptions engine;
   engine.session_token = config.session_token;
   engine.faults = config.faults;
+  engine.peer_dead = std::chrono::milliseconds(config.peer_dead_ms);
   return engine;
 }
 
@@ -169,6 +170,10 @@ std::string DpdkAttrDifference(const transport::dpdk::attr& have,
   }
   if (have.engine.faults != want.engine.faults) {
     return differ("OPTIREDUCE_FAULTS", have.engine.faults, want.engine.faults);
+  }
+  if (have.engine.peer_dead != want.engine.peer_dead) {
+    return differ("OPTIREDUCE_PEER_DEAD_MS", absl::StrCat(have.engine.peer_dead.count()),
+                  absl::StrCat(want.engine.peer_dead.count()));
   }
   if (have.engine.session_token != want.engine.session_token) {
     return differ("OPTIREDUCE_SESSION_TOKEN", absl::StrCat(have.engine.session_token),

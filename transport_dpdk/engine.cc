@@ -161,6 +161,9 @@ struct Peer {
   // --- liveness (see reliable/peer_liveness.h) ---
   PeerLiveness live;
   uint64_t pings = 0;
+  // Set by the peer's ABORT: why it is gone, and the rank that failure blames.
+  std::string gone_reason;
+  int gone_blame = -1;
 };
 
 struct Arrival {
@@ -310,7 +313,10 @@ struct Engine::Impl {
   void CheckLiveness(Clock::time_point now);
   bool PendingWith(const Ctx& c, const Peer& p, const std::vector<char>& posted_from) const;
   void SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id);
-  void FailContext(Ctx& c, const std::string& why);
+  // blamed: the rank this failure is about (-1: none, a wait timed out); peers
+  // are told with an ABORT.
+  void FailContext(Ctx& c, const std::string& why, int blamed);
+  void HandleAbort(Ctx& c, Peer& p, const WireHeader& h);
   // An operation posted on a failed context: fails at once (its wait raises).
   uint64_t RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<OpSink>& sink);
 
@@ -841,6 +847,10 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     return;
   }
   p.live.Heard(Clock::now());
+  if (!p.gone_reason.empty()) {  // it spoke: whoever said it was gone was wrong
+    p.gone_reason.clear();
+    p.gone_blame = -1;
+  }
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
       // A closing context does not answer: a peer still waiting for it learns
@@ -849,6 +859,9 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
+      return;
+    case PacketType::kAbort:
+      HandleAbort(*c, p, h);
       return;
     default:
       break;
@@ -991,6 +1004,7 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
     case PacketType::kRepair:  // bounded only, handled before sequencing
     case PacketType::kPing:    // liveness, handled before sequencing
     case PacketType::kPong:
+    case PacketType::kAbort:
       break;
   }
   return false;
@@ -1247,10 +1261,12 @@ void Engine::Impl::TakeUnreachable() {
   if (n > 0) next_liveness = Clock::now();  // judge them in this iteration
 }
 
+// The bounded service does not count: it absorbs a silent peer as loss by
+// design (OptiReduce mode); ContextFailure tells it when the context failed.
 bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
                                const std::vector<char>& posted_from) const {
   if (!p.unacked.empty() || !p.ctrl.empty() || !p.data_queue.empty() || !p.out_msgs.empty() ||
-      !p.in_msgs.empty() || !p.bounded_queue.empty() || posted_from[p.rank]) {
+      !p.in_msgs.empty() || posted_from[p.rank]) {
     return true;
   }
   // An old-style recv buffer waits for this peer as long as it is registered.
@@ -1290,7 +1306,8 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
         case PeerLiveness::Verdict::kDead: {
           Bump(stats.peers_dead);
           const std::string why =
-              p.live.unreachable()
+              !p.gone_reason.empty() ? p.gone_reason
+              : p.live.unreachable()
                   ? absl::StrCat("peer rank ", p.rank,
                                  " is gone: its address reported ICMP port unreachable "
                                  "(its socket is closed)")
@@ -1298,7 +1315,8 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
                                  p.live.dead_after().count(),
                                  " ms while operations with it were pending "
                                  "(OPTIREDUCE_PEER_DEAD_MS)");
-          FailContext(c, absl::StrCat("rank ", c.rank, ": ", why));
+          FailContext(c, absl::StrCat("rank ", c.rank, ": ", why),
+                      p.gone_blame >= 0 ? p.gone_blame : p.rank);
           break;
         }
       }
@@ -1318,7 +1336,34 @@ void Engine::Impl::SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id) {
   if (type == PacketType::kPing) Bump(stats.pings_sent);
 }
 
-void Engine::Impl::FailContext(Ctx& c, const std::string& why) {
+void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
+  const int blamed = h.aux == 0 || h.aux > static_cast<uint64_t>(c.size)
+                         ? -1 : static_cast<int>(h.aux - 1);
+  if (blamed >= 0 && blamed != p.rank && blamed != c.rank) {
+    p.gone_reason = absl::StrCat("peer rank ", blamed, " is gone (rank ", p.rank,
+                                 "'s context failed on it and closed its connection)");
+    p.gone_blame = blamed;
+  } else {
+    p.gone_reason = absl::StrCat("peer rank ", p.rank, " closed the connection: its context failed",
+                                 blamed == c.rank ? " (it lost contact with this rank)"
+                                                  : " (a wait there timed out)");
+    p.gone_blame = p.rank;
+  }
+  p.live.Unreachable();
+  // The blamed rank is gone for this context too (the group shares its fate): what
+  // is pending with it fails now rather than at this rank's own next probe.
+  if (p.gone_blame != p.rank) {
+    Peer& x = c.peers[p.gone_blame];
+    if (x.connected && x.gone_reason.empty()) {
+      x.gone_reason = p.gone_reason;
+      x.gone_blame = p.gone_blame;
+      x.live.Unreachable();
+    }
+  }
+  next_liveness = Clock::now();  // judged in this iteration if something is pending
+}
+
+void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
   if (c.failed) return;
   c.failed = true;
   c.failure = why;
@@ -1366,6 +1411,17 @@ void Engine::Impl::FailContext(Ctx& c, const std::string& why) {
     p.fast_queue.clear();
     p.bounded_queue.clear();
   }
+  // Tell the peers (like closing TCP connections): what they have pending
+  // with this rank cannot complete. A lost ABORT leaves them their probes.
+  for (Peer& p : c.peers) {
+    if (!p.connected) continue;
+    WireHeader h;
+    FillHeader(c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kAbort);
+    h.aux = blamed >= 0 ? static_cast<uint64_t>(blamed) + 1 : 0;
+    if (c.token != 0) Emit(p, h, nullptr, 0);
+  }
+  Flush();
 }
 
 uint64_t Engine::Impl::RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<OpSink>& sink) {
@@ -1503,6 +1559,7 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   p.max_payload = std::min<uint32_t>(impl_->max_payload, remote_max_datagram - kHeaderBytes);
   p.bounded_payload = std::min<uint32_t>(impl_->bounded_payload, p.max_payload / 64 * 64);
   p.connected = true;
+  p.live.Connected(Clock::now());
   if (peer_rank == 0) c->token = remote_token;
   // The handshake: the first packet to a peer (sequence 0) is a NOP, and
   // its ack (WaitPeer) says the peer is there and has connected back.
@@ -1787,7 +1844,9 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
-  if (c->failed) return absl::UnavailableError(c->failure);
+  // A failed context sends nothing; the bounded service absorbs that as loss
+  // like any silent peer (OptiReduce mode asks ContextFailure).
+  if (c->failed) return absl::OkStatus();
   if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
     return absl::InvalidArgumentError(absl::StrCat("bounded send to rank ", dst,
                                                    " which is not a connected peer"));
@@ -1814,7 +1873,7 @@ absl::Status Engine::RequestRepair(
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
-  if (c->failed) return absl::UnavailableError(c->failure);
+  if (c->failed) return absl::OkStatus();  // see SendBounded
   if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
     return absl::InvalidArgumentError(absl::StrCat("repair request to rank ", dst,
                                                    " which is not a connected peer"));
@@ -1916,7 +1975,7 @@ std::string Engine::DebugState(uint32_t ctx) const {
 void Engine::FailContext(uint32_t ctx, const std::string& why) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
-  if (c) impl_->FailContext(*c, why);
+  if (c) impl_->FailContext(*c, why, -1);
 }
 
 absl::Status Engine::ContextFailure(uint32_t ctx) const {

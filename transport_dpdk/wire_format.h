@@ -30,7 +30,7 @@
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
 //                           CREDIT: eager bytes returned
 // PING/PONG (liveness) are unsequenced and carry no payload; message_id
-// is the ping's number, echoed by the pong.
+// is the ping's number, echoed by the pong. ABORT: aux = 1 + blamed rank.
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
 // message_id = bounded operation id, offset/total_length as DATA.
@@ -67,8 +67,13 @@ enum class PacketType : uint8_t {
   // ping's number back in the pong (diagnostics only).
   kPing = 8,
   kPong = 9,
+  // The sender's context failed (a peer is gone, or a wait timed out): it
+  // sends, acknowledges and answers nothing more for this context, so what
+  // the receiver has pending with it cannot complete. Unsequenced, no
+  // payload; aux = 1 + the rank its failure blames, 0 if none (a timeout).
+  kAbort = 10,
 };
-inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kPong);
+inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kAbort);
 
 enum PacketFlags : uint16_t {
   kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)

@@ -47,6 +47,7 @@ write("wire_format", "bounded_last", datagram(1, 4 | 8, offset=128, total=256, m
 write("wire_format", "repair", datagram(7, 4, msg=9, payload=struct.pack("<QQ", 0, 128)))
 write("wire_format", "ping", datagram(8, msg=3))
 write("wire_format", "pong", datagram(9, msg=3))
+write("wire_format", "abort", datagram(10, aux=3))
 write("wire_format", "ping_with_payload", datagram(8, payload=b"\0" * 8))
 write("wire_format", "bad_bounds", datagram(1, 1, offset=32, total=64, payload=b"\0" * 64))
 write("wire_format", "short", b"ORDP\x01")

@@ -117,6 +117,16 @@ TEST(ConfigTest, MaxLoss) {
   }
 }
 
+TEST(ConfigTest, PeerDeadMs) {
+  EXPECT_EQ(Parse({})->peer_dead_ms, 1000u);
+  EXPECT_EQ(Parse({{"OPTIREDUCE_PEER_DEAD_MS", "250"}})->peer_dead_ms, 250u);
+  for (const char* bad : {"5", "0", "-1", "soon", "3600001"}) {
+    EXPECT_THAT(ErrorOf({{"OPTIREDUCE_PEER_DEAD_MS", bad}}),
+                AllOf(HasSubstr("OPTIREDUCE_PEER_DEAD_MS"), HasSubstr("[10, 3600000]")))
+        << bad;
+  }
+}
+
 TEST(ConfigTest, RepairBudget) {
   EXPECT_DOUBLE_EQ(Parse({})->repair_budget, 1.0);
   EXPECT_DOUBLE_EQ(Parse({{"OPTIREDUCE_REPAIR_BUDGET", "0.25"}})->repair_budget, 0.25);

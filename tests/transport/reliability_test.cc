@@ -148,7 +148,8 @@ TEST_P(PeerFailure, SurvivorsFinishInTimeAndRestartedRankJoinsNewJobCleanly) {
   if (at == "repair") setenv("OPTIREDUCE_FAULTS", "drop=0.05,seed=3", 1);
   for (int r = 0; r < n; r++) {
     StartRank(r, n, {"--mode=peerfail", "--kill_at=" + at, "--victim=" + std::to_string(victim),
-                     "--port=" + ports[r], "--timeout_ms=2000"});
+                     "--port=" + ports[r], "--victim_port=" + ports[victim],
+                     "--timeout_ms=2000"});
   }
   // The victim kills itself at its point; restart it at once on its old port, so that it
   // is there while the old job's survivors still send to it.

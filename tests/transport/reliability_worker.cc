@@ -21,7 +21,10 @@
 #include <gloo/common/error.h>
 #include <gloo/math.h>
 #include <gloo/rendezvous/file_store.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -40,7 +43,9 @@
 #include "algorithms/allreduce.h"
 #include "algorithms/bounded_channel.h"
 #include "tests/transport/conformance_cases.h"
+#include "transport_dpdk/address.h"
 #include "transport_dpdk/device.h"
+#include "transport_dpdk/wire_format.h"
 
 namespace {
 
@@ -460,6 +465,35 @@ uint64_t DroppedForeign(const optireduce::transport::Stats& s) {
   return n;
 }
 
+// Datagrams of this rank's old job to the victim's (restarted) port on 127.0.0.1.
+void SendStalePackets(gloo::Context& ctx, int victim, uint16_t port) {
+  namespace t = optireduce::transport;
+  auto addr = t::Address::FromBytes(ctx.getPair(victim)->address().bytes());
+  if (!addr.ok()) return;
+  int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return;
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(port);
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  t::WireHeader h;
+  h.type = static_cast<uint8_t>(t::PacketType::kData);
+  h.flags = t::kFlagEager;
+  h.session_token = addr->token();
+  h.src_rank = static_cast<uint32_t>(ctx.rank);
+  h.dst_rank = static_cast<uint32_t>(victim);
+  h.dst_context = addr->context_id();
+  h.total_length = 64;
+  h.payload_length = 64;
+  std::vector<uint8_t> d(t::kHeaderBytes + 64, 0x5a);
+  for (int k = 0; k < 8; ++k) {
+    h.seq = static_cast<uint64_t>(k);
+    t::EncodeHeader(h, d.data() + t::kHeaderBytes, 64, d.data());
+    sendto(fd, d.data(), d.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof(to));
+  }
+  close(fd);
+}
+
 int PeerFail(int size) {
   const KillAt at = ParseKillAt(g_args["kill_at"]);
   const int victim = std::stoi(g_args["victim"]);
@@ -568,6 +602,10 @@ int PeerFail(int size) {
       old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size(), /*estimated=*/false);
       old->Detach(0x5a5a0);
     }
+    // The old context failed when its reliable TAR found the victim gone, and a failed
+    // context sends nothing more: send the new process datagrams of the old job (its
+    // token and this rank's old context id) the way a delayed packet would arrive.
+    SendStalePackets(*ctx, victim, static_cast<uint16_t>(std::stoi(g_args["victim_port"])));
     ctx.reset();  // the bounded endpoint lets queued packets go (bounded wait)
   }
   device.reset();  // lingers for the old job's peers (at most linger_max)

@@ -92,6 +92,32 @@ TEST(WireFormat, BoundedFlagsParse) {
   EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadFlags);
 }
 
+TEST(WireFormat, LivenessPacketsParseWithoutPayloadOnly) {
+  // PING, PONG and ABORT carry everything in the header; a payload is refused.
+  for (PacketType t : {PacketType::kPing, PacketType::kPong, PacketType::kAbort}) {
+    WireHeader h = Sample();
+    h.type = static_cast<uint8_t>(t);
+    h.flags = 0;
+    h.offset = h.total_length = 0;
+    h.aux = 3;
+    h.payload_length = 0;
+    WireHeader out;
+    auto d = Build(h, {});
+    ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk) << int(h.type);
+    EXPECT_EQ(out.type, h.type);
+    EXPECT_EQ(out.aux, 3u);
+    h.payload_length = 8;
+    d = Build(h, std::vector<uint8_t>(8, 1));
+    EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadBounds) << int(h.type);
+  }
+  WireHeader h = Sample();
+  h.type = kLastPacketType + 1;
+  h.payload_length = 0;
+  WireHeader out;
+  auto d = Build(h, {});
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadType);
+}
+
 TEST(WireFormat, RoundTrip) {
   std::vector<uint8_t> payload(1000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);

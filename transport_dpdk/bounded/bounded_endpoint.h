@@ -34,6 +34,10 @@ class BoundedEndpoint : public BoundedChannel {
   void OnOperationDone(double loss_fraction, bool late) override;
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
+  // OK while the context works; UNAVAILABLE naming the gone peer's rank (or the timed-out
+  // wait) once it failed. The bounded service itself absorbs a failed context as loss (a
+  // failed context sends and applies nothing): OptiReduce mode asks here to tell.
+  absl::Status ContextFailure() const { return engine_->ContextFailure(ctx_); }
   // Peers the engine sends this context's bounded data to at once (incast control).
   int ConcurrentSenders() const { return engine_->BoundedSenders(ctx_); }
 

@@ -6,10 +6,9 @@
 // counts as a sign of life; after a quiet probe interval (dead_after / 8) the
 // engine sends a PING, which a live peer's progress thread answers whatever its
 // application is doing. Silence for dead_after while pending declares the
-// peer gone. A peer never heard from is not judged by silence (it may not have
-// connected its pair to us yet; every rank pings each peer when it connects,
-// and a peer answers once connected, so both sides hear each other as soon as
-// both are connected); a network report that its address is unreachable
+// peer gone. Silence counts from the
+// connect at the earliest (every rank also pings each peer when it connects,
+// and a peer answers once its side is connected); a network report that its address is unreachable
 // (ICMP port unreachable: its socket is closed) declares it gone at once.
 #pragma once
 
@@ -33,6 +32,13 @@ class PeerLiveness {
       : dead_after_(dead_after),
         probe_every_(std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8)) {}
 
+  // The pair to the peer was connected: it counts as heard then (Gloo connects
+  // every pair of a group within moments once all addresses are published, so
+  // a live peer answers a probe long before dead_after).
+  void Connected(Clock::time_point now) {
+    heard_ = true;
+    last_heard_ = now;
+  }
   // A validated packet from the peer arrived.
   void Heard(Clock::time_point now) {
     heard_ = true;

@@ -1,0 +1,187 @@
+// peer_death_bench: how long after a peer's death the survivors raise, Gloo's TCP device vs
+// ours (udp, dpdk over memif), and the idle CPU of a device with one live and one dead peer.
+//
+//   peer_death_bench [--trials=20] [--devices=tcp,udp,dpdk] [--csv=FILE]
+//
+// Each trial runs 3 ranks of peer_death_worker (tests/transport) on this host: allreduce in
+// a loop, rank 2 SIGKILLed (or SIGSTOPped: a host that stops answering, no ICMP, no FIN)
+// between collectives, 120 s op timeout. Time = survivor's exception - victim's death (wall
+// clock, both ranks of each trial). Prints a table; --csv also writes one row per sample.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/common/spawn.h"
+
+#ifndef PEER_DEATH_WORKER_PATH
+#error "PEER_DEATH_WORKER_PATH must name the peer_death_worker binary"
+#endif
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+std::string Read(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+struct Trial {
+  bool ok = false;
+  std::vector<double> ms;      // per survivor
+  std::vector<std::string> cpu;  // idle runs: per survivor "thread process wall"
+  std::string note;
+};
+
+// One 3-rank run; victim 2.
+Trial Run(const std::string& device, const std::string& op, const std::string& how) {
+  Trial t;
+  char tmpl[] = "/tmp/optireduce_death_bench_XXXXXX";
+  if (!mkdtemp(tmpl)) {
+    t.note = "mkdtemp failed";
+    return t;
+  }
+  const std::string dir = tmpl;
+  for (const char* d : {"store", "info", "memif"}) fs::create_directory(dir + "/" + d);
+  const int n = 3, victim = 2;
+  std::vector<pid_t> pids;
+  for (int r = 0; r < n; ++r) {
+    pids.push_back(optireduce::testing::SpawnProcess(
+        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=3",
+         "--store=" + dir + "/store", "--info=" + dir + "/info", "--memif_dir=" + dir + "/memif",
+         "--victim=2", "--device=" + device, "--op=" + op, "--at=between", "--how=" + how,
+         "--timeout_ms=120000"}));
+  }
+  std::vector<int> code(n, -1000);
+  const auto limit = Clock::now() + std::chrono::seconds(150);
+  int left = n - 1;
+  while (left > 0 && Clock::now() < limit) {
+    for (int r = 0; r < n; ++r) {
+      if (r == victim || pids[r] <= 0) continue;
+      int st = 0;
+      if (waitpid(pids[r], &st, WNOHANG) == pids[r]) {
+        code[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        pids[r] = 0;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  for (pid_t p : pids) {
+    if (p > 0) {
+      kill(p, SIGKILL);
+      waitpid(p, nullptr, 0);
+    }
+  }
+  const std::string died = Read(dir + "/info/died.2");
+  t.ok = !died.empty();
+  for (int r = 0; r < n && t.ok; ++r) {
+    if (r == victim) continue;
+    if (code[r] != 0) {
+      t.ok = false;
+      t.note = "rank " + std::to_string(r) + " exit " + std::to_string(code[r]);
+      break;
+    }
+    if (op == "idle") {
+      t.cpu.push_back(Read(dir + "/info/cpu." + std::to_string(r)));
+    } else {
+      t.ms.push_back(static_cast<double>(std::stoll(Read(dir + "/info/failed." +
+                                                         std::to_string(r))) -
+                                         std::stoll(died)));
+    }
+  }
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  return t;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::map<std::string, std::string> args = {{"trials", "20"}, {"devices", "tcp,udp,dpdk"}};
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a.find('=') == std::string::npos) {
+      fprintf(stderr, "usage: %s [--trials=20] [--devices=tcp,udp,dpdk] [--csv=FILE]\n", argv[0]);
+      return 2;
+    }
+    args[a.substr(2, a.find('=') - 2)] = a.substr(a.find('=') + 1);
+  }
+  const int trials = std::stoi(args["trials"]);
+  std::vector<std::string> devices;
+  std::stringstream ss(args["devices"]);
+  for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
+  FILE* csv = args.count("csv") ? fopen(args["csv"].c_str(), "w") : nullptr;
+  if (csv) fprintf(csv, "device,how,trial,survivor_ms\n");
+
+  printf("peer death -> survivors' gloo::IoException (3 ranks, allreduce loop, rank 2 dies "
+         "between collectives, op timeout 120 s; %d trials, both survivors each)\n\n", trials);
+  printf("| device | death | samples | median ms | max ms | failed trials |\n");
+  printf("|---|---|---:|---:|---:|---:|\n");
+  for (const std::string& device : devices) {
+    // SIGSTOP: no FIN, no ICMP — only our probes notice (Gloo TCP would wait for its timeout).
+    std::vector<std::string> hows = {"kill"};
+    if (device != "tcp") hows.push_back("stop");
+    for (const std::string& how : hows) {
+      std::vector<double> all;
+      int failed = 0;
+      for (int k = 0; k < trials; ++k) {
+        Trial t = Run(device, "allreduce", how);
+        if (!t.ok) {
+          ++failed;
+          fprintf(stderr, "%s %s trial %d: %s\n", device.c_str(), how.c_str(), k, t.note.c_str());
+          continue;
+        }
+        for (double ms : t.ms) {
+          all.push_back(ms);
+          if (csv) fprintf(csv, "%s,%s,%d,%.0f\n", device.c_str(), how.c_str(), k, ms);
+        }
+      }
+      std::sort(all.begin(), all.end());
+      const double median = all.empty() ? -1 : all[all.size() / 2];
+      const double max = all.empty() ? -1 : all.back();
+      printf("| %s | %s | %zu | %.0f | %.0f | %d |\n", device.c_str(),
+             how == "kill" ? "SIGKILL" : "SIGSTOP", all.size(), median, max, failed);
+      fflush(stdout);
+    }
+  }
+
+  printf("\nidle CPU, 2 s with one live and one dead (SIGKILLed) peer, nothing posted "
+         "(%% of one core; progress thread / whole process)\n\n");
+  printf("| device | rank | progress thread %% | process %% |\n|---|---:|---:|---:|\n");
+  for (const std::string& device : devices) {
+    Trial t = Run(device, "idle", "kill");
+    if (!t.ok) {
+      printf("| %s | - | run failed: %s | |\n", device.c_str(), t.note.c_str());
+      continue;
+    }
+    for (size_t r = 0; r < t.cpu.size(); ++r) {
+      double thread = 0, process = 0, wall = 1;
+      std::stringstream in(t.cpu[r]);
+      in >> thread >> process >> wall;
+      if (thread < 0) {
+        printf("| %s | %zu | n/a | %.2f |\n", device.c_str(), r, 100 * process / wall);
+      } else {
+        printf("| %s | %zu | %.2f | %.2f |\n", device.c_str(), r, 100 * thread / wall,
+               100 * process / wall);
+      }
+    }
+  }
+  if (csv) fclose(csv);
+  return 0;
+}

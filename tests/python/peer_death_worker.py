@@ -1,0 +1,48 @@
+"""One rank of a two-rank torch.distributed job whose rank 1 dies after one allreduce.
+
+Run by test_peer_death.py:  peer_death_worker.py RANK WORLD INIT_METHOD OUT_JSON HOW
+HOW = exit (os._exit) | kill (SIGKILL). init_process_group has a 120 s timeout; rank 0 keeps
+calling all_reduce and must raise long before it. Rank 1 writes {"died_at"} (wall clock)
+just before it dies; rank 0 writes {"raised", "message", "failed_at"}.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+
+rank, world, init_method, out_path, how = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
+                                           sys.argv[4], sys.argv[5])
+import optireduce  # noqa: F401  (must precede torch)
+
+import datetime
+
+import torch
+import torch.distributed as dist
+
+
+def write(obj):
+    with open(out_path + ".tmp", "w") as f:
+        json.dump(obj, f)
+    os.rename(out_path + ".tmp", out_path)
+
+
+dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=120))
+t = torch.ones(1000)
+dist.all_reduce(t)
+assert torch.equal(t, torch.full((1000,), float(world)))
+if rank == 1:
+    write({"died_at": time.time()})
+    if how == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    os._exit(0)
+for step in range(100000):
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        write({"raised": True, "message": str(e), "failed_at": time.time(), "step": step})
+        os._exit(0)  # the process group cannot be destroyed cleanly with a dead peer
+write({"raised": False})
+sys.exit(1)

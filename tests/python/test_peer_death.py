@@ -1,0 +1,29 @@
+"""A two-rank torch.distributed job (backend gloo, 120 s timeout) whose rank 1 dies after
+one allreduce: rank 0's next allreduce must raise within the liveness bound, on our UDP
+device as on Gloo's TCP device, naming the dead rank on ours."""
+
+import json
+
+import pytest
+
+from conftest import base_env
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+@pytest.mark.parametrize("transport", ["TCP", "UDP"])
+def test_survivor_raises_soon(run_job, transport, how):
+    env = base_env(GLOO_ALGO="ring")
+    if transport != "TCP":
+        env["GLOO_DEVICE_TRANSPORT"] = transport
+    job = run_job("peer_death_worker.py", 2, env, [how], expect_ok=False, timeout=100)
+    assert job.codes[0] == 0, f"survivor: exit {job.codes}\n{job.all_logs()}"
+    with open(job.outs[0]) as f:
+        survivor = json.load(f)
+    with open(job.outs[1]) as f:
+        victim = json.load(f)
+    assert survivor["raised"], job.all_logs()
+    took = survivor["failed_at"] - victim["died_at"]
+    # Liveness bound 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s for a loaded machine. Never the 120 s.
+    assert took < 5.0, (took, survivor["message"])
+    if transport == "UDP":
+        assert "peer rank 1" in survivor["message"], survivor["message"]

@@ -1,0 +1,156 @@
+// A failed context, as Gloo's TCP transport has it (signalException): a wait that times
+// out fails the whole context — every pending and later operation raises
+// gloo::IoException, a late message never lands in the buffer given up on, the peer
+// learns of it (its operations raise too, naming this rank) — and nothing of it carries
+// over to the next context on the same devices. Ranks are threads with loop devices.
+#include <gloo/allreduce.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <thread>
+
+#include "tests/transport/conformance_cases.h"
+#include "transport_dpdk/device.h"
+#include "transport_dpdk/reliable/peer_liveness.h"
+
+namespace optireduce {
+namespace testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using std::chrono::milliseconds;
+
+void SumFn(void* c, const void* a, const void* b, size_t n) { gloo::sum<int32_t>(c, a, b, n); }
+
+std::string Allreduce(const std::shared_ptr<gloo::Context>& ctx) {
+  std::vector<int32_t> v(1000, ctx->rank + 1);
+  gloo::AllreduceOptions o(ctx);
+  o.setOutput(v.data(), v.size());
+  o.setReduceFunction(&SumFn);
+  gloo::allreduce(o);
+  const int32_t want = ctx->size * (ctx->size + 1) / 2;
+  return std::all_of(v.begin(), v.end(), [&](int32_t x) { return x == want; })
+             ? "" : "allreduce on the next context gave a wrong sum";
+}
+
+TEST(ContextFailure, TimeoutFailsTheContextLateDataNeverLandsNextContextWorks) {
+  gloo::rendezvous::HashStore base;
+  gloo::rendezvous::PrefixStore first("first", base), second("second", base);
+  std::promise<void> gave_up, peer_raised;
+  std::shared_future<void> gave_up_f = gave_up.get_future().share();
+  std::shared_future<void> peer_raised_f = peer_raised.get_future().share();
+  std::string errors[2];
+  auto rank0 = [&] {
+    auto dev = transport::loop::CreateDevice({});
+    auto ctx = ConnectContext(first, dev, 0, 2, std::chrono::seconds(30));
+    std::vector<uint8_t> buf(4096, 0xAA);
+    auto ub = ctx->createUnboundBuffer(buf.data(), buf.size());
+    ub->recv(1, 5);
+    try {
+      ub->waitRecv(nullptr, milliseconds(100));
+      errors[0] = "waitRecv did not time out";
+    } catch (const gloo::IoException&) {
+    }
+    gave_up.set_value();
+    peer_raised_f.wait();  // rank 1 sent on slot 5 and learned that this context failed
+    auto* tdev = dynamic_cast<transport::Device*>(dev.get());
+    // Its message arrived and was dropped, not written.
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (tdev->stats().failed_context == 0 && Clock::now() < until) {
+      std::this_thread::sleep_for(milliseconds(1));
+    }
+    if (tdev->stats().failed_context == 0) errors[0] += " the late message never arrived;";
+    if (std::any_of(buf.begin(), buf.end(), [](uint8_t b) { return b != 0xAA; })) {
+      errors[0] += " a late message landed in the buffer given up on;";
+    }
+    // A later recv on the same slot, and a send, raise at once (no misdelivery).
+    ub->recv(1, 5);
+    try {
+      ub->waitRecv(nullptr, std::chrono::seconds(20));
+      errors[0] += " a recv after the timeout completed;";
+    } catch (const gloo::IoException& e) {
+      if (std::string(e.what()).find("timed out") == std::string::npos) {
+        errors[0] += std::string(" unexpected reason: ") + e.what() + ";";
+      }
+    }
+    ub->send(1, 6);
+    try {
+      ub->waitSend(nullptr, std::chrono::seconds(20));
+      errors[0] += " a send after the timeout completed;";
+    } catch (const gloo::IoException&) {
+    }
+    auto next = ConnectContext(second, dev, 0, 2, std::chrono::seconds(30));
+    errors[0] += Allreduce(next);
+  };
+  auto rank1 = [&] {
+    auto dev = transport::loop::CreateDevice({});
+    auto ctx = ConnectContext(first, dev, 1, 2, std::chrono::seconds(30));
+    gave_up_f.wait();
+    std::vector<uint8_t> late(4096, 0x11);
+    auto ub = ctx->createUnboundBuffer(late.data(), late.size());
+    ub->send(0, 5);
+    try {
+      ub->waitSend(nullptr, std::chrono::seconds(60));
+      errors[1] = "a send to a failed context completed";
+    } catch (const gloo::IoException& e) {
+      if (std::string(e.what()).find("peer rank 0") == std::string::npos) {
+        errors[1] = std::string("the error does not name rank 0: ") + e.what();
+      }
+    }
+    peer_raised.set_value();
+    auto next = ConnectContext(second, dev, 1, 2, std::chrono::seconds(30));
+    errors[1] += Allreduce(next);
+  };
+  auto guarded = [&](int r, const std::function<void()>& fn) {
+    try {
+      fn();
+    } catch (const std::exception& e) {
+      errors[r] += std::string(" exception: ") + e.what();
+    }
+  };
+  std::thread t0([&] { guarded(0, rank0); }), t1([&] { guarded(1, rank1); });
+  t0.join();
+  t1.join();
+  EXPECT_EQ(errors[0], "");
+  EXPECT_EQ(errors[1], "");
+}
+
+// The liveness rule itself (reliable/peer_liveness.h), on a synthetic clock.
+TEST(PeerLiveness, ProbesThenDeclaresASilentPendingPeerGoneAndNeverAnIdleOne) {
+  using V = transport::PeerLiveness::Verdict;
+  transport::PeerLiveness l(milliseconds(1000));
+  const auto t0 = Clock::time_point() + std::chrono::hours(1);
+  l.Connected(t0);
+  EXPECT_EQ(l.Check(t0 + std::chrono::seconds(100), false), V::kIdle);  // idle for long: fine
+  const auto busy = t0 + std::chrono::seconds(100);
+  EXPECT_EQ(l.Check(busy, true), V::kProbe);  // silent since long ago: probe at once
+  EXPECT_EQ(l.Check(busy + milliseconds(50), true), V::kAlive);
+  EXPECT_EQ(l.Check(busy + milliseconds(130), true), V::kProbe);
+  l.Heard(busy + milliseconds(140));
+  EXPECT_EQ(l.Check(busy + milliseconds(1100), true), V::kProbe);  // 960 ms after the answer
+  EXPECT_EQ(l.Check(busy + milliseconds(1140), true), V::kDead);
+  // A stall of this rank's own progress thread gives a fresh window.
+  transport::PeerLiveness s(milliseconds(1000));
+  s.Connected(t0);
+  EXPECT_EQ(s.Check(t0, true), V::kAlive);
+  s.Restart(t0 + milliseconds(5000));
+  EXPECT_NE(s.Check(t0 + milliseconds(5500), true), V::kDead);
+  EXPECT_EQ(s.Check(t0 + milliseconds(6000), true), V::kDead);
+  // The network saying the address is unreachable: gone at once, once something is pending.
+  transport::PeerLiveness u(milliseconds(1000));
+  u.Connected(t0);
+  u.Unreachable();
+  EXPECT_EQ(u.Check(t0, false), V::kIdle);
+  EXPECT_EQ(u.Check(t0 + milliseconds(1), true), V::kDead);
+}
+
+}  // namespace
+}  // namespace testing
+}  // namespace optireduce

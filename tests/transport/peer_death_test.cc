@@ -1,0 +1,146 @@
+// Peer death with real processes (peer_death_worker ranks): a rank _exits, is SIGKILLed or
+// stops answering (SIGSTOP) before, during or between collectives — allreduce, broadcast,
+// barrier, send/recv, recv-from-any — and every survivor raises gloo::IoException naming
+// the dead rank well within the liveness bound, though the op timeout is 120 s. On the
+// udp device (ICMP port unreachable for _exit/SIGKILL, probes for SIGSTOP) and on the dpdk
+// device over memif (probes only).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <vector>
+
+#include "tests/common/spawn.h"
+
+#ifndef PEER_DEATH_WORKER_PATH
+#error "PEER_DEATH_WORKER_PATH must name the peer_death_worker binary"
+#endif
+
+namespace optireduce {
+namespace testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// (device, op, at, how)
+using Case = std::tuple<std::string, std::string, std::string, std::string>;
+
+class PeerDeath : public ::testing::TestWithParam<Case> {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/optireduce_death_XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    for (const char* d : {"store", "info", "memif"}) fs::create_directory(dir_ + "/" + d);
+  }
+  void TearDown() override {
+    for (pid_t p : pids_) {
+      if (p > 0) {
+        kill(p, SIGKILL);
+        waitpid(p, nullptr, 0);
+      }
+    }
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  std::string Read(const std::string& name) {
+    std::ifstream f(dir_ + "/info/" + name);
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+  }
+
+  std::string dir_;
+  std::vector<pid_t> pids_;
+};
+
+TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
+  const auto& [device, op, at, how] = GetParam();
+  const int n = 3, victim = 2;
+  for (int r = 0; r < n; ++r) {
+    pids_.push_back(SpawnProcess(
+        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
+         "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
+         "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
+         "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
+         "--timeout_ms=120000"}));
+    ASSERT_GT(pids_.back(), 0);
+  }
+  // The survivors must end on their own, long before the 120 s op timeout.
+  std::vector<int> code(n, -1000);
+  const auto limit = Clock::now() + std::chrono::seconds(60);
+  int left = n - 1;
+  while (left > 0 && Clock::now() < limit) {
+    for (int r = 0; r < n; ++r) {
+      if (r == victim || pids_[r] <= 0) continue;
+      int st = 0;
+      if (waitpid(pids_[r], &st, WNOHANG) == pids_[r]) {
+        code[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
+        pids_[r] = 0;
+        --left;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  const std::string died = Read("died." + std::to_string(victim));
+  ASSERT_FALSE(died.empty()) << "the victim never reached its kill point";
+  const long long died_at = std::stoll(died);
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    ASSERT_EQ(code[r], 0) << "rank " << r
+                          << " did not raise gloo::IoException (-1000 = hung; see stderr)";
+    const std::string message = Read("message." + std::to_string(r));
+    EXPECT_NE(message.find("peer rank " + std::to_string(victim)), std::string::npos)
+        << "rank " << r << ": " << message;
+    const long long failed_at = std::stoll(Read("failed." + std::to_string(r)));
+    // The liveness bound is 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s leaves room for a loaded
+    // 2-core machine. The op timeout (120 s) must play no part.
+    EXPECT_LT(failed_at - died_at, 5000) << "rank " << r << ": " << message;
+    RecordProperty("detect_ms_rank" + std::to_string(r), std::to_string(failed_at - died_at));
+  }
+}
+
+std::string Name(const ::testing::TestParamInfo<Case>& info) {
+  const auto& [device, op, at, how] = info.param;
+  return device + "_" + op + "_" + at + "_" + how;
+}
+
+const auto kOps = ::testing::Values("allreduce", "broadcast", "barrier", "sendrecv", "recv_any");
+
+INSTANTIATE_TEST_SUITE_P(Udp, PeerDeath,
+                         ::testing::Combine(::testing::Values("udp"), kOps,
+                                            ::testing::Values("before", "during", "between"),
+                                            ::testing::Values("exit", "kill")),
+                         Name);
+// A stopped process keeps its socket: no ICMP, only the probes tell.
+INSTANTIATE_TEST_SUITE_P(UdpSilent, PeerDeath,
+                         ::testing::Combine(::testing::Values("udp"), kOps,
+                                            ::testing::Values("during", "between"),
+                                            ::testing::Values("stop")),
+                         Name);
+#ifdef OPTIREDUCE_TEST_DPDK
+INSTANTIATE_TEST_SUITE_P(DpdkMemif, PeerDeath,
+                         ::testing::Combine(::testing::Values("dpdk"), kOps,
+                                            ::testing::Values("before", "during", "between"),
+                                            ::testing::Values("kill")),
+                         Name);
+INSTANTIATE_TEST_SUITE_P(DpdkMemifExit, PeerDeath,
+                         ::testing::Combine(::testing::Values("dpdk"),
+                                            ::testing::Values("allreduce", "sendrecv"),
+                                            ::testing::Values("between"),
+                                            ::testing::Values("exit")),
+                         Name);
+#endif
+
+}  // namespace
+}  // namespace testing
+}  // namespace optireduce

@@ -1,0 +1,273 @@
+// peer_death_worker: one rank of a peer-death run (tests/transport/peer_death_test.cc,
+// bench/peer_death_bench.cc). Every rank runs one kind of collective in a loop; the victim
+// dies at its point and the survivors must raise gloo::IoException.
+//
+//   peer_death_worker --rank=R --size=N --store=DIR --info=DIR --victim=V
+//                     --device=udp|tcp|dpdk --op=allreduce|broadcast|barrier|sendrecv|recv_any|idle
+//                     --at=before|during|between --how=exit|kill|stop
+//                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
+//
+// before: the victim dies right after connecting; between: after 3 collectives; during:
+// a thread of the victim kills it 1 ms into its 4th collective. exit = _exit(0), kill =
+// SIGKILL, stop = SIGSTOP (a host that stops answering; the parent kills it later).
+// Files in --info: died.V (realtime ms just before the victim dies), and for each
+// survivor failed.R (realtime ms of its IoException) and message.R (the exception text).
+// Exit codes: 0 survivor raised gloo::IoException; 1 wrong result or other exception;
+// 2 bad arguments/setup; 4 no exception after many collectives.
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/transport/conformance_cases.h"
+#include "transport_dpdk/device.h"
+#ifdef OPTIREDUCE_HAVE_DPDK
+#include "transport_dpdk/dpdk_device.h"
+#include "transport_dpdk/dpdk_eal.h"
+#endif
+
+namespace {
+
+std::map<std::string, std::string> g_args;
+
+long long RealtimeMs() {
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+}
+
+void WriteFile(const std::string& name, const std::string& text) {
+  const std::string path = g_args["info"] + "/" + name;
+  std::ofstream(path + ".tmp") << text;
+  rename((path + ".tmp").c_str(), path.c_str());
+}
+
+[[noreturn]] void Die(int rank) {
+  WriteFile("died." + std::to_string(rank), std::to_string(RealtimeMs()) + "\n");
+  const std::string how = g_args["how"];
+  if (how == "kill") raise(SIGKILL);
+  if (how == "stop") {
+    raise(SIGSTOP);
+    for (;;) pause();  // the parent kills it
+  }
+  _exit(0);
+}
+
+void SumFn(void* c, const void* a, const void* b, size_t n) { gloo::sum<int32_t>(c, a, b, n); }
+
+// One collective of kind `op`, iteration `i`; returns "" or what was wrong.
+std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& ctx, int i) {
+  const int r = ctx->rank, n = ctx->size;
+  constexpr size_t kElems = 1 << 16;
+  const uint64_t slot = 1000 + 4 * static_cast<uint64_t>(i);
+  if (op == "allreduce") {
+    std::vector<int32_t> v(kElems, r + i);
+    gloo::AllreduceOptions o(ctx);
+    o.setOutput(v.data(), v.size());
+    o.setReduceFunction(&SumFn);
+    o.setTag(static_cast<uint32_t>(i));
+    gloo::allreduce(o);
+    const int32_t want = n * (n - 1) / 2 + n * i;
+    return v[0] == want && v[kElems - 1] == want ? "" : "allreduce gave a wrong sum";
+  }
+  if (op == "broadcast") {
+    std::vector<int32_t> v(kElems, r == 0 ? i : -1);
+    gloo::BroadcastOptions o(ctx);
+    o.setOutput(v.data(), v.size());
+    o.setRoot(0);
+    o.setTag(static_cast<uint32_t>(i));
+    gloo::broadcast(o);
+    return v[0] == i && v[kElems - 1] == i ? "" : "broadcast gave wrong data";
+  }
+  if (op == "barrier") {
+    gloo::BarrierOptions o(ctx);
+    o.setTag(static_cast<uint32_t>(i));
+    gloo::barrier(o);
+    return "";
+  }
+  if (op == "sendrecv") {
+    std::vector<int32_t> out(kElems, r * 1000 + i), in(kElems, -1);
+    auto sb = ctx->createUnboundBuffer(out.data(), out.size() * sizeof(int32_t));
+    auto rb = ctx->createUnboundBuffer(in.data(), in.size() * sizeof(int32_t));
+    const int prev = (r + n - 1) % n;
+    rb->recv(prev, slot);
+    sb->send((r + 1) % n, slot);
+    rb->waitRecv();
+    sb->waitSend();
+    return in[0] == prev * 1000 + i ? "" : "sendrecv gave wrong data";
+  }
+  if (op == "recv_any") {
+    // Rank 0 takes one message from each other rank through recv-from-any, then answers.
+    int32_t v = r * 1000 + i;
+    auto ub = ctx->createUnboundBuffer(&v, sizeof(v));
+    if (r == 0) {
+      std::vector<int> others;
+      for (int k = 1; k < n; ++k) others.push_back(k);
+      std::vector<bool> seen(n, false);
+      for (int k = 1; k < n; ++k) {
+        ub->recv(others, slot);
+        int from = -1;
+        ub->waitRecv(&from);
+        if (from < 1 || from >= n || seen[from] || v != from * 1000 + i) {
+          return "recv-from-any gave a wrong message";
+        }
+        seen[from] = true;
+      }
+      v = i;
+      for (int k = 1; k < n; ++k) ub->send(k, slot + 1);
+      for (int k = 1; k < n; ++k) ub->waitSend();
+      return "";
+    }
+    ub->send(0, slot);
+    ub->waitSend();
+    ub->recv(0, slot + 1);
+    ub->waitRecv();
+    return v == i ? "" : "recv-from-any answer wrong";
+  }
+  return "unknown op " + op;
+}
+
+// --op=idle: three barriers, then the victim dies and the others stay idle (nothing posted)
+// for 2 s with one live and one dead peer; each writes cpu.R: "<progress thread s>
+// <process s> <wall s>" (progress thread -1 on Gloo's TCP device, which has none of ours).
+int Idle(const std::shared_ptr<gloo::Context>& ctx, int victim) {
+  for (int i = 0; i < 3; ++i) RunOp("barrier", ctx, i);
+  if (ctx->rank == victim) Die(ctx->rank);
+  const std::string died = g_args["info"] + "/died." + std::to_string(victim);
+  for (int k = 0; k < 30000 && access(died.c_str(), F_OK) != 0; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  auto* ours = dynamic_cast<optireduce::transport::Device*>(ctx->getDevice().get());
+  auto process_cpu = [] {
+    timespec ts;
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+  };
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  const double t0 = ours ? ours->ProgressThreadCpuSeconds() : 0, p0 = process_cpu();
+  const auto w0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(2));
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
+  const double thread = ours ? ours->ProgressThreadCpuSeconds() - t0 : -1;
+  WriteFile("cpu." + std::to_string(ctx->rank), std::to_string(thread) + " " +
+                                                    std::to_string(process_cpu() - p0) + " " +
+                                                    std::to_string(wall) + "\n");
+  // Leave without tearing down: the context would wait for the dead peer's linger.
+  _exit(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--", 0) != 0 || a.find('=') == std::string::npos) {
+      fprintf(stderr, "peer_death_worker: bad argument '%s' (want --key=value)\n", argv[i]);
+      return 2;
+    }
+    g_args[a.substr(2, a.find('=') - 2)] = a.substr(a.find('=') + 1);
+  }
+  // As in a Python (torch) process: a write to a socket the dead peer closed must not kill
+  // the survivor (Gloo's TCP pair writes without MSG_NOSIGNAL).
+  signal(SIGPIPE, SIG_IGN);
+  const int rank = std::stoi(g_args["rank"]);
+  const int size = std::stoi(g_args["size"]);
+  const int victim = std::stoi(g_args["victim"]);
+  const std::string op = g_args["op"], at = g_args["at"], device_kind = g_args["device"];
+  const auto timeout = std::chrono::milliseconds(
+      g_args.count("timeout_ms") ? std::stol(g_args["timeout_ms"]) : 120000);
+  try {
+    std::shared_ptr<gloo::transport::Device> device;
+    if (device_kind == "tcp") {
+      gloo::transport::tcp::attr t;
+      t.hostname = "127.0.0.1";
+      device = gloo::transport::tcp::CreateDevice(t);
+    } else if (device_kind == "udp") {
+      auto d = optireduce::transport::udp::CreateDeviceOrError({});
+      if (!d.ok()) {
+        fprintf(stderr, "rank %d: %s\n", rank, d.status().ToString().c_str());
+        return 2;
+      }
+      device = *d;
+    } else if (device_kind == "dpdk") {
+#ifdef OPTIREDUCE_HAVE_DPDK
+      namespace dpdk = optireduce::transport::dpdk;
+      dpdk::attr a;
+      a.eal_args = dpdk::MemifMeshEalArgs(g_args["memif_dir"], rank, size) + " " +
+                   dpdk::DefaultEalArgs();
+      auto d = dpdk::CreateDeviceOrError(a);
+      if (!d.ok()) {
+        fprintf(stderr, "rank %d: %s\n", rank, d.status().ToString().c_str());
+        return 2;
+      }
+      device = *d;
+#else
+      fprintf(stderr, "built without DPDK\n");
+      return 2;
+#endif
+    } else {
+      fprintf(stderr, "unknown --device=%s\n", device_kind.c_str());
+      return 2;
+    }
+    gloo::rendezvous::FileStore store(g_args["store"]);
+    auto ctx = optireduce::testing::ConnectContext(store, device, rank, size, timeout);
+    WriteFile("ready." + std::to_string(rank), "1\n");
+    if (rank == victim && at == "before") {
+      // Die only once every rank is connected (Gloo's TCP connect fails otherwise).
+      for (int r = 0; r < size; ++r) {
+        const std::string path = g_args["info"] + "/ready." + std::to_string(r);
+        for (int k = 0; k < 30000 && access(path.c_str(), F_OK) != 0; ++k) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+      }
+    }
+    if (op == "idle") return Idle(ctx, victim);
+    for (int i = 0; i < 100000; ++i) {
+      if (rank == victim) {
+        if ((at == "before" && i == 0) || (at == "between" && i == 3)) Die(rank);
+        if (at == "during" && i == 3) {
+          std::thread([rank] {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+            Die(rank);
+          }).detach();
+        }
+      }
+      std::string err;
+      try {
+        err = RunOp(op, ctx, i);
+      } catch (const gloo::IoException& e) {
+        const long long now = RealtimeMs();
+        if (rank == victim) {
+          fprintf(stderr, "rank %d (victim): IoException: %s\n", rank, e.what());
+          return 1;
+        }
+        WriteFile("message." + std::to_string(rank), e.what());
+        WriteFile("failed." + std::to_string(rank), std::to_string(now) + "\n");
+        return 0;
+      }
+      if (!err.empty()) {
+        fprintf(stderr, "rank %d: iteration %d: %s\n", rank, i, err.c_str());
+        return 1;
+      }
+    }
+    fprintf(stderr, "rank %d: no exception after 100000 collectives\n", rank);
+    return 4;
+  } catch (const std::exception& e) {
+    fprintf(stderr, "rank %d: exception: %s\n", rank, e.what());
+    return 1;
+  }
+}
