@@ -68,6 +68,10 @@ constexpr size_t kMaxEarlyBytes = 8 << 20;
 // abandoned. Gloo's algorithm classes destroy send buffers right after
 // their last (small, unwaited) notification send.
 constexpr uint64_t kDetachLimit = 1 << 20;
+// Old-style Buffer sends up to this size are copied at send(), as the
+// socket buffer of Gloo's TCP pair takes them there; larger ones are read
+// in place (TCP writes those out lazily too).
+constexpr uint64_t kBufferSnapshotLimit = 1 << 20;
 
 struct TxRecord {
   WireHeader h;
@@ -1512,6 +1516,8 @@ void Engine::UnregisterContext(uint32_t ctx) {
   c->posted.clear();
   c->arrivals.clear();
   c->regs.clear();
+  c->early.clear();
+  c->early_bytes = 0;
   for (Peer& p : c->peers) {
     // Sends whose buffers went away were cancelled or detached (copied)
     // by Cancel(); the detached ones (e.g. the last notification of an
@@ -1615,10 +1621,12 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
                                           const std::shared_ptr<OpSink>& sink) {
   auto m = std::make_shared<OutMsg>();
   m->data = static_cast<const uint8_t*>(data);
-  if (len > 0 && len <= impl_->opts.eager_max_message) {
-    // Taken now, as Gloo's TCP pair writes a message of this size out
-    // inside send(): the caller may reuse its buffer at once (Gloo's
-    // algorithm classes do), and no retransmission reads it later.
+  if (len > 0 && (len <= impl_->opts.eager_max_message ||
+                  (kind == MsgKind::kBuffer && len <= kBufferSnapshotLimit))) {
+    // Taken now, as Gloo's TCP pair writes a message of this size into its
+    // socket inside send(): the caller may reuse its buffer at once (Gloo's
+    // algorithm classes do: reduce-scatter overwrites what it sent before
+    // waiting), and no retransmission reads it later.
     m->owned.assign(m->data, m->data + len);
     m->data = m->owned.data();
   }

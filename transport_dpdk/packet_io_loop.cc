@@ -158,10 +158,15 @@ size_t LoopPacketIo::TxBurst(const TxDatagram* d, size_t n) {
 
 size_t LoopPacketIo::RxBurst(RxDatagram* out, size_t max) {
   rx_held_.clear();
-  size_t n = self_->Pop(&rx_held_, max);
-  for (size_t i = 0; i < n; ++i) {
-    out[i].data = rx_held_[i].data();
-    out[i].len = static_cast<uint32_t>(rx_held_[i].size());
+  const size_t popped = self_->Pop(&rx_held_, max);
+  size_t n = 0;
+  for (size_t i = 0; i < popped; ++i) {
+    // Larger than this endpoint takes: dropped, as a NIC drops frames
+    // beyond its MTU (a peer must respect both sides' limits).
+    if (rx_held_[i].size() > max_datagram_) continue;
+    out[n].data = rx_held_[i].data();
+    out[n].len = static_cast<uint32_t>(rx_held_[i].size());
+    ++n;
   }
   return n;
 }

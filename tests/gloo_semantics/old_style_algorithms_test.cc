@@ -5,6 +5,7 @@
 //
 // The default is a sample that runs in seconds. OPTIREDUCE_OLD_STYLE_FULL=1
 // runs every rank count 2..16 (and 27 for bcube base 3) with more sizes;
+// OPTIREDUCE_OLD_STYLE_RANKS=9,16 picks the rank counts;
 // OPTIREDUCE_OLD_STYLE_RUNS=N repeats every configuration N times, each on
 // freshly connected contexts; OPTIREDUCE_TEST_TCP_BASELINE=1 adds Gloo's TCP
 // device as a reference.
@@ -160,6 +161,12 @@ std::vector<int> BasesFor(int ranks) {
 }
 
 std::vector<int> RankCounts() {
+  if (const char* only = std::getenv("OPTIREDUCE_OLD_STYLE_RANKS")) {
+    std::vector<int> r;
+    std::stringstream list(only);
+    for (std::string item; std::getline(list, item, ',');) r.push_back(std::stoi(item));
+    return r;
+  }
   if (Full()) return {2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 27};
   return {2, 3, 9, 16};
 }
