@@ -283,6 +283,36 @@ TEST(ReliableSender, LateAcksAfterAnRtoCostOnePacketAndAreUndone) {
   EXPECT_GT(s.detector().reo_wnd_mult(), 1);  // the reordering window widened
 }
 
+TEST(ReliableSender, SpuriousRtoPutsItsPacketsBackInFlight) {
+  ReliableSender s(Opts());
+  SendNew(s, 1, 0);
+  Ack(s, 1, {}, 100);
+  SendNew(s, 10, 200);
+  const uint64_t before = s.cwnd().cwnd();
+  long t = RunTimersUntil(s, 210, 100000, [&](long tt) {
+    if (s.probe_pending()) {
+      const uint64_t seq = s.ProbeSeq();
+      s.OnRetransmit(seq, At(tt));
+      s.OnProbeSent(seq);
+    }
+    return s.counters().rto_events > 0;
+  });
+  ASSERT_GT(t, 0);
+  EXPECT_EQ(DrainRetransmits(s, t), std::vector<uint64_t>{1});
+  // A late ack delivers originals sent before the RTO: it was spurious. (It
+  // also covers the resent 1, a round trip after the resend: RACK must not
+  // take that for the resend's ack and mark everything sent before lost.)
+  Ack(s, 5, {}, t + 150);
+  EXPECT_EQ(s.counters().spurious_rtos, 1u);
+  EXPECT_EQ(s.cwnd().cwnd(), before);
+  s.OnTimer(At(t + 160));
+  EXPECT_TRUE(DrainRetransmits(s, t + 160).empty());
+  EXPECT_EQ(s.scoreboard().in_flight_packets(), 6u);  // 5..10 on their way
+  EXPECT_EQ(s.scoreboard().lost_packets(), 0u);
+  EXPECT_EQ(Ack(s, 11, {}, t + 200), 6u);
+  EXPECT_EQ(s.counters().retransmits, 2u);  // the probe and the RTO's first
+}
+
 TEST(ReliableSender, LocalDropIsResentAtOnceWithoutBackoff) {
   ReliableSender s(Opts());
   SendNew(s, 1, 0);

@@ -87,7 +87,28 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
     }
   }
   uint64_t bytes = 0, packets = 0;
+  bool sent_before_rto = false;
+  acked_.clear();
   sb_.OnAck(cum, sack, sack_bytes, [&](uint64_t seq, const SendScoreboard::Segment& s) {
+    if (s.sent < rto_time_) sent_before_rto = true;
+    acked_.push_back({seq, s});
+  });
+  const bool spurious_rto = rto_pending_check_ && !acked_.empty() && sent_before_rto;
+  if (!acked_.empty()) rto_pending_check_ = false;
+  if (spurious_rto) {
+    // What the RTO marked lost is on its way after all.
+    sb_.RestoreLost();
+    cwnd_.Undo();
+    ++counters_.spurious_rtos;
+    ++counters_.undos;
+    episode_ = undo_possible_ = false;
+  }
+  for (auto& [seq, seg] : acked_) {
+    SendScoreboard::Segment s = seg;
+    // After a spurious RTO an acked retransmission is its original's ack:
+    // judging RACK by the resend time would mark everything sent before
+    // the RTO lost.
+    if (spurious_rto && s.transmissions > 1) s.sent = s.first_sent;
     const LossDetector::Sample sample = rack_.OnDelivered(seq, s, now);
     if (sample == LossDetector::Sample::kValid && s.transmissions == 1) {
       rtt_.Sample(std::chrono::duration_cast<us>(now - s.sent));  // Karn's rule
@@ -95,7 +116,7 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
     bytes += s.bytes;
     ++packets;
     delivered(seq);
-  });
+  }
   if (packets > 0) {
     last_progress_ = now;
     rtt_.ResetBackoff();
@@ -150,6 +171,8 @@ void ReliableSender::OnTimer(Time now) {
     cwnd_.OnRto(sb_.next_seq());
     sb_.MarkAllLost();
     probe_pending_ = probe_outstanding_ = false;
+    rto_pending_check_ = true;
+    rto_time_ = now;
   } else if (now >= ProbeDeadline()) {
     probe_pending_ = probe_outstanding_ = true;
   }

@@ -10,7 +10,10 @@
 //    again) so a lost tail is found by the probe's ack in about a round trip;
 //    on an RTO (srtt + 4 rttvar, clamped, exponential backoff, restarted by
 //    every ack that delivers something) every packet in flight is marked
-//    lost and resent as the congestion window allows.
+//    lost and resent as the congestion window allows. An RTO is spurious
+//    (F-RTO style) when the first ack after it delivers a packet sent before
+//    it that was not resent: the acks were only late (a descheduled peer),
+//    so the packets it marked go back in flight and the window is restored.
 //  - Packets the device did not accept (local backpressure) are lost at
 //    once, with no congestion response.
 //  - Congestion: CongestionWindow reduces once per episode; an episode
@@ -24,6 +27,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "transport_dpdk/reliable/congestion_window.h"
@@ -59,6 +64,7 @@ class ReliableSender {
     uint64_t retransmitted_bytes = 0;
     uint64_t spurious = 0;         // retransmissions proven unneeded
     uint64_t undos = 0;            // congestion reductions undone
+    uint64_t spurious_rtos = 0;    // RTOs undone by the next ack
   };
 
   explicit ReliableSender(const Options& o);
@@ -116,6 +122,10 @@ class ReliableSender {
   Counters counters_;
   Time last_progress_{};   // last ack that delivered something
   Time last_new_send_{};
+  // After an RTO until the next ack that delivers something: its time.
+  bool rto_pending_check_ = false;
+  Time rto_time_{};
+  std::vector<std::pair<uint64_t, SendScoreboard::Segment>> acked_;  // one ack's
   bool probe_pending_ = false, probe_outstanding_ = false;
   uint64_t probe_seq_ = kNone;
   // Current loss episode: retransmissions not yet proven spurious.

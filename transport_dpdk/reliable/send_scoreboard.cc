@@ -161,6 +161,38 @@ void SendScoreboard::MarkAllLost() {
   while (head_ != kNone) MarkLost(head_);
 }
 
+void SendScoreboard::RestoreLost() {
+  // Prepend in FIFO order (oldest marked first), before the current head.
+  uint64_t first = kNone, last = kNone;
+  for (uint64_t seq : lost_fifo_) {
+    if (!Tracks(seq)) continue;
+    Segment& s = At(seq);
+    s.lost_queued = false;
+    if (s.state != State::kLost) continue;
+    s.state = State::kInFlight;
+    --lost_;
+    pipe_ += s.bytes;
+    ++in_flight_;
+    s.prev = last;
+    s.next = kNone;
+    if (last != kNone) {
+      At(last).next = seq;
+    } else {
+      first = seq;
+    }
+    last = seq;
+  }
+  lost_fifo_.clear();
+  if (first == kNone) return;
+  At(last).next = head_;
+  if (head_ != kNone) {
+    At(head_).prev = last;
+  } else {
+    tail_ = last;
+  }
+  head_ = first;
+}
+
 uint64_t SendScoreboard::PeekLost() {
   while (!lost_fifo_.empty()) {
     const uint64_t seq = lost_fifo_.front();

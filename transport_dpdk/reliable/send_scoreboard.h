@@ -65,6 +65,10 @@ class SendScoreboard {
   void MarkLost(uint64_t seq);
   // Every packet in flight -> lost, oldest transmission first.
   void MarkAllLost();
+  // Every packet marked lost and not resent since -> in flight again, ahead
+  // of (as sent before) everything now in flight. For an RTO found to be
+  // spurious: the packets it marked are on their way after all.
+  void RestoreLost();
 
   // In-flight list: oldest / newest transmission, and the one after seq.
   uint64_t OldestInFlight() const { return head_; }
