@@ -28,7 +28,8 @@
 //   72   8  ack_seq         ACK: cumulative ack (all seq < ack_seq received);
 //                           selective-ack bitmap for seqs ack_seq+1.. in payload
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
-//                           CREDIT: eager bytes returned
+//                           CREDIT: eager bytes returned; ACK: 1 + a seq that
+//                           arrived twice since the last ack (0: none)
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
 // message_id = bounded operation id, offset/total_length as DATA.
