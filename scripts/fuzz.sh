@@ -6,14 +6,14 @@
 # tests/fuzz/corpus/<target>/ as a regression input.
 #
 # Usage: scripts/fuzz.sh [seconds] [target...]   targets: wire_format bounded_receiver receive_window
-#                                                 config redis_url (default: all)
+#                                                 send_scoreboard config redis_url (default: all)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SECONDS_EACH=${1:-60}
 shift || true
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-  TARGETS=(wire_format bounded_receiver receive_window config redis_url)
+  TARGETS=(wire_format bounded_receiver receive_window send_scoreboard config redis_url)
 fi
 BUILD_DIR=${OPTIREDUCE_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${OPTIREDUCE_FUZZ_JOBS:-2}

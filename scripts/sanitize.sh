@@ -36,7 +36,8 @@ ASAN_TARGETS=(transport_unit_test transport_loop_test transport_worker transport
               transport_isolation_test allreduce_test bounded_transpose_test
               optireduce_mode_test timeout_policy_test hadamard_test reduce_classifier_test redis_url_test
               redis_store_test gloo_ext_config_test fuzz_wire_format_corpus
-              fuzz_bounded_receiver_corpus fuzz_receive_window_corpus fuzz_config_corpus
+              fuzz_bounded_receiver_corpus fuzz_receive_window_corpus fuzz_send_scoreboard_corpus
+              fuzz_config_corpus
               fuzz_redis_url_corpus)
 TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_transpose_test)
 

@@ -15,8 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "transport_dpdk/reliable/peer_liveness.h"
+#include "transport_dpdk/reliable/ack_scheduler.h"
 #include "transport_dpdk/reliable/receive_window.h"
-#include "transport_dpdk/reliable/rtt_estimator.h"
+#include "transport_dpdk/reliable/reliable_sender.h"
 #include "transport_dpdk/wire_format.h"
 
 namespace optireduce {
@@ -36,6 +37,12 @@ constexpr uint64_t kMaxPendingMessages = 1 << 16;
 constexpr uint64_t kMinEagerCharge = 256;
 // New packets sent to one peer per progress iteration (fairness).
 constexpr int kPeerBudget = 64;
+// A receiver acks at once what the sender acts on (gaps, duplicates, ends of
+// messages, control packets), else every kAckEvery packets or a quarter
+// window, at the latest kAckDelay after the first unacked packet.
+constexpr uint32_t kAckEvery = 16;
+constexpr us kAckDelay{100};
+constexpr uint64_t kNoSeq = ReliableSender::kNone;
 
 struct OutMsg {
   uint64_t id = 0, op = 0, slot = 0;
@@ -73,11 +80,12 @@ constexpr uint64_t kDetachLimit = 1 << 20;
 // in place (TCP writes those out lazily too).
 constexpr uint64_t kBufferSnapshotLimit = 1 << 20;
 
+// A reliable packet until it is cumulatively acknowledged (its transmission
+// state lives in the peer's ReliableSender).
 struct TxRecord {
   WireHeader h;
   std::shared_ptr<OutMsg> msg;  // DATA only: where the payload comes from
-  bool acked = false, retransmitted = false, fast_pending = false;
-  Clock::time_point first_sent, last_sent;
+  bool acked = false;
 };
 
 struct RecvBufferReg;
@@ -141,23 +149,19 @@ struct Peer {
   uint64_t next_seq = 0;
   uint64_t unacked_base = 0;  // seq of unacked.front()
   std::deque<TxRecord> unacked;
-  uint64_t inflight_bytes = 0;
-  uint64_t highest_sacked = 0;  // one past
-  // The retransmission timer restarts whenever an ack moves the window: a progress
-  // thread descheduled for a while must not make every packet in flight look lost.
-  Clock::time_point last_ack_progress{};
-  std::deque<uint64_t> fast_queue;
+  uint64_t inflight_bytes = 0;  // unacknowledged payload (receiver's window)
+  // Loss recovery, congestion window, pacing, RTT (reliable/reliable_sender.h).
+  std::unique_ptr<ReliableSender> sender;
   std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
   std::deque<std::shared_ptr<OutMsg>> data_queue;
   std::deque<BoundedJob> bounded_queue;
   std::unordered_map<uint64_t, std::shared_ptr<OutMsg>> out_msgs;
   uint64_t next_msg_id = 0;
   int64_t eager_credit = 0;
-  RttEstimator rtt{us(20000), us(4000), us(200000)};
   // --- receiving side ---
   ReceiveWindow rx;
-  uint64_t rx_since_ack = 0;
-  bool ack_now = false;
+  std::unique_ptr<AckScheduler> acks;
+  uint64_t dsack = kNoSeq;  // a duplicate to report in the next ack
   std::map<uint64_t, std::shared_ptr<InMsg>> in_msgs;
   uint64_t next_announce = 0;
   uint64_t eager_stashed = 0;
@@ -269,6 +273,11 @@ struct Engine::Impl {
   TxDatagram tx[kBurst];
   uint8_t tx_head[kBurst][kHeaderBytes];
   uint8_t tx_sack[kBurst][kMaxSackBytes];
+  // What each queued datagram is, so one the device refuses is recovered:
+  // its peer, and its seq (reliable packets) or kNoSeq (acks, bounded).
+  Peer* tx_peer[kBurst] = {};
+  uint64_t tx_seq[kBurst] = {};
+  bool tx_is_ack[kBurst] = {};
   size_t tx_n = 0;
   bool tx_blocked = false;
   RxDatagram rx[kBurst];
@@ -284,10 +293,12 @@ struct Engine::Impl {
   void Run();
   bool Poll(Clock::time_point* deadline);
   void Flush();
-  void Emit(const Peer& p, const WireHeader& h, const void* body,
+  void Emit(Peer& p, const WireHeader& h, const void* body,
             uint32_t len);
   void SendNew(Ctx& c, Peer& p, WireHeader h, std::shared_ptr<OutMsg> msg);
-  void Retransmit(Ctx& c, Peer& p, TxRecord& r, Clock::time_point now);
+  // Sends the next packet of the oldest queued message; false if none.
+  bool SendNextData(Ctx& c, Peer& p);
+  void Retransmit(Ctx& c, Peer& p, uint64_t seq, Clock::time_point now);
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
@@ -331,7 +342,7 @@ struct Engine::Impl {
   void Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload);
   void ReplayEarly(Ctx& c);
   void HandleAck(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* sack);
-  void MarkAcked(Ctx& c, Peer& p, TxRecord& r, Clock::time_point now);
+  void MarkAcked(Ctx& c, Peer& p, TxRecord& r);
   bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);
   bool ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
                   const uint8_t* payload);
@@ -434,16 +445,32 @@ void Engine::Impl::Flush() {
   }
   Bump(stats.tx_packets, sent);
   if (sent < tx_n) {
-    // Unsent datagrams count as lost: reliability recovers them.
+    // Refused datagrams are lost at once: reliable packets are resent as
+    // soon as the device takes more (no timeout, no congestion response),
+    // acks are owed again.
     Bump(stats.tx_backpressure, tx_n - sent);
     tx_blocked = true;
+    for (size_t i = sent; i < tx_n; ++i) {
+      Peer* p = tx_peer[i];
+      if (!p) continue;
+      if (tx_seq[i] != kNoSeq && p->sender) {
+        p->sender->OnLocalDrop(tx_seq[i]);
+      } else if (tx_is_ack[i] && p->acks) {
+        p->acks->OnArrival(Clock::now(), 0, /*urgent=*/true);
+      }
+    }
   }
   tx_n = 0;
 }
 
-void Engine::Impl::Emit(const Peer& p, const WireHeader& h, const void* body,
+void Engine::Impl::Emit(Peer& p, const WireHeader& h, const void* body,
                         uint32_t len) {
   if (tx_n == kBurst) Flush();
+  const bool unreliable = (h.flags & kFlagUnreliable) != 0;
+  const bool ack = static_cast<PacketType>(h.type) == PacketType::kAck;
+  tx_peer[tx_n] = &p;
+  tx_seq[tx_n] = unreliable || ack ? kNoSeq : h.seq;
+  tx_is_ack[tx_n] = ack && !unreliable;
   if (link_protects_payload) {
     WireHeader scoped = h;
     scoped.flags |= kFlagHeaderChecksum;
@@ -468,86 +495,19 @@ void Engine::Impl::SendNew(Ctx& c, Peer& p, WireHeader h,
                            std::shared_ptr<OutMsg> msg) {
   FillHeader(c, p, &h);
   h.seq = p.next_seq++;
-  const auto now = Clock::now();
   TxRecord r;
   r.h = h;
   r.msg = std::move(msg);
-  r.first_sent = r.last_sent = now;
   p.inflight_bytes += h.payload_length;
   const uint8_t* body =
       r.msg && h.payload_length ? r.msg->data + h.offset : nullptr;
   p.unacked.push_back(std::move(r));
+  p.sender->OnSendNew(h.seq, h.payload_length + kHeaderBytes, Clock::now());
   Emit(p, h, body, h.payload_length);
 }
 
-void Engine::Impl::Retransmit(Ctx& c, Peer& p, TxRecord& r,
-                              Clock::time_point now) {
-  if (r.msg && r.msg->cancelled) {
-    // The memory behind this packet is gone: fill the sequence number with
-    // a NOP so the receiver's cumulative point can move on.
-    p.inflight_bytes -= r.h.payload_length;
-    WireHeader nop;
-    FillHeader(c, p, &nop);
-    nop.type = static_cast<uint8_t>(PacketType::kNop);
-    nop.seq = r.h.seq;
-    nop.message_id = r.h.message_id;
-    r.h = nop;
-    r.msg.reset();
-  }
-  r.retransmitted = true;
-  r.last_sent = now;
-  Bump(stats.retransmits);
-  const uint8_t* body =
-      r.msg && r.h.payload_length ? r.msg->data + r.h.offset : nullptr;
-  Emit(p, r.h, body, r.h.payload_length);
-}
-
-void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
-                        Clock::time_point* deadline) {
-  // 1. Retransmission timeout, judged on the oldest unacked packet.
-  if (!p.unacked.empty()) {
-    const us rto = p.rtt.rto();
-    TxRecord& front = p.unacked.front();
-    const auto since = std::max(front.last_sent, p.last_ack_progress);
-    if (now - since >= rto) {
-      Bump(stats.rto_events);
-      p.rtt.Backoff();
-      // Like TCP: an RTO resends the oldest packet only; SACK-driven fast retransmits
-      // recover the rest (resending a whole window delays the very acks it waits for).
-      int budget = 1;
-      for (TxRecord& r : p.unacked) {
-        if (budget == 0) break;
-        if (!r.acked && now - r.last_sent >= rto) {
-          Retransmit(c, p, r, now);
-          --budget;
-        }
-      }
-    }
-    const auto due = std::max(p.unacked.front().last_sent, p.last_ack_progress) + p.rtt.rto();
-    if (due < *deadline) *deadline = due;
-  }
-  // 2. Fast retransmits found by the last acks.
-  while (!p.fast_queue.empty()) {
-    const uint64_t seq = p.fast_queue.front();
-    p.fast_queue.pop_front();
-    if (seq < p.unacked_base) continue;
-    TxRecord& r = p.unacked[seq - p.unacked_base];
-    r.fast_pending = false;
-    if (r.acked) continue;
-    Bump(stats.fast_retransmits);
-    Retransmit(c, p, r, now);
-  }
-  // 3. Control packets (they bypass the byte window but not the seq window).
-  while (!p.ctrl.empty() &&
-         p.next_seq - p.unacked_base < kMaxInflightPackets) {
-    SendNew(c, p, p.ctrl.front(), nullptr);
-    p.ctrl.pop_front();
-  }
-  // 4. New data within the window.
-  int budget = kPeerBudget;
-  while (budget > 0 && !tx_blocked && !p.data_queue.empty() &&
-         p.next_seq - p.unacked_base < kMaxInflightPackets &&
-         p.inflight_bytes + p.max_payload <= c.window) {
+bool Engine::Impl::SendNextData(Ctx& c, Peer& p) {
+  while (!p.data_queue.empty()) {
     std::shared_ptr<OutMsg> m = p.data_queue.front();
     if (m->cancelled || m->packets_sent == m->packets_total) {
       p.data_queue.pop_front();
@@ -568,10 +528,91 @@ void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
     ++m->packets_sent;
     if (m->packets_sent == m->packets_total) p.data_queue.pop_front();
     SendNew(c, p, h, m);
+    return true;
+  }
+  return false;
+}
+
+void Engine::Impl::Retransmit(Ctx& c, Peer& p, uint64_t seq,
+                              Clock::time_point now) {
+  if (seq < p.unacked_base || seq - p.unacked_base >= p.unacked.size()) return;
+  TxRecord& r = p.unacked[seq - p.unacked_base];
+  if (r.msg && r.msg->cancelled) {
+    // The memory behind this packet is gone: fill the sequence number with
+    // a NOP so the receiver's cumulative point can move on.
+    p.inflight_bytes -= r.h.payload_length;
+    WireHeader nop;
+    FillHeader(c, p, &nop);
+    nop.type = static_cast<uint8_t>(PacketType::kNop);
+    nop.seq = r.h.seq;
+    nop.message_id = r.h.message_id;
+    r.h = nop;
+    r.msg.reset();
+  }
+  p.sender->OnRetransmit(seq, now);
+  Bump(stats.retransmits);
+  Bump(stats.retransmitted_bytes, r.h.payload_length);
+  const uint8_t* body =
+      r.msg && r.h.payload_length ? r.msg->data + r.h.offset : nullptr;
+  Emit(p, r.h, body, r.h.payload_length);
+}
+
+void Engine::Impl::Pump(Ctx& c, Peer& p, Clock::time_point now,
+                        Clock::time_point* deadline) {
+  ReliableSender& s = *p.sender;
+  // 1. Timers: RACK's reorder timer, the tail-loss probe, the RTO (which
+  //    marks everything in flight lost; it is resent below under the window).
+  const ReliableSender::Counters before = s.counters();
+  s.OnTimer(now);
+  Bump(stats.rto_events, s.counters().rto_events - before.rto_events);
+  Bump(stats.fast_retransmits, s.counters().rack_lost - before.rack_lost);
+  // 2. Lost packets, as the congestion window and pacing allow.
+  while (!tx_blocked) {
+    const uint64_t seq = s.NextRetransmit(now);
+    if (seq == kNoSeq) break;
+    Retransmit(c, p, seq, now);
+  }
+  // 3. A tail-loss probe: new data if the receiver's window has room, else
+  //    the newest packet again.
+  if (s.probe_pending() && !tx_blocked) {
+    const bool room = p.next_seq - p.unacked_base < kMaxInflightPackets &&
+                      p.inflight_bytes + p.max_payload <= c.window;
+    const uint64_t seq = p.next_seq;
+    if (room && SendNextData(c, p)) {
+      s.OnProbeSent(seq);
+    } else if (s.ProbeSeq() != kNoSeq) {
+      const uint64_t probe = s.ProbeSeq();
+      Retransmit(c, p, probe, now);
+      s.OnProbeSent(probe);
+    } else {
+      s.OnProbeSent(kNoSeq);
+    }
+    Bump(stats.tlp_probes);
+  }
+  // 4. Control packets (they bypass the byte and congestion windows but not
+  //    the seq window).
+  while (!p.ctrl.empty() &&
+         p.next_seq - p.unacked_base < kMaxInflightPackets) {
+    SendNew(c, p, p.ctrl.front(), nullptr);
+    p.ctrl.pop_front();
+  }
+  // 5. New data within the receiver's and the congestion window.
+  int budget = kPeerBudget;
+  while (budget > 0 && !tx_blocked && !p.data_queue.empty() &&
+         p.next_seq - p.unacked_base < kMaxInflightPackets &&
+         p.inflight_bytes + p.max_payload <= c.window &&
+         s.CanSendNew(p.max_payload + kHeaderBytes, now)) {
+    if (!SendNextData(c, p)) break;
     --budget;
   }
-  // 5. Acknowledge what arrived since the last ack.
-  if (p.rx_since_ack > 0 || p.ack_now) SendAck(c, p);
+  const auto due = s.Deadline(now);
+  if (due < *deadline) *deadline = due;
+  // 6. Acknowledge what arrived, when the ack scheduler says so.
+  if (p.acks->Due(now)) {
+    SendAck(c, p);
+  } else if (p.acks->Pending() && p.acks->Deadline() < *deadline) {
+    *deadline = p.acks->Deadline();
+  }
 }
 
 // Incast control for the bounded service. TAR submits its sends in the staggered peer
@@ -765,12 +806,13 @@ void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   FillHeader(c, p, &h);
   h.type = static_cast<uint8_t>(PacketType::kAck);
   h.ack_seq = p.rx.cum();
+  h.aux = p.dsack == kNoSeq ? 0 : p.dsack + 1;
+  p.dsack = kNoSeq;
   const size_t slot = tx_n;
   const size_t n = p.rx.Sack(tx_sack[slot], kMaxSackBytes);
   h.payload_length = static_cast<uint32_t>(n);
   Emit(p, h, n ? tx_sack[slot] : nullptr, static_cast<uint32_t>(n));
-  p.rx_since_ack = 0;
-  p.ack_now = false;
+  p.acks->OnAckSent();
   Bump(stats.acks_sent);
 }
 
@@ -883,7 +925,10 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:
       Bump(stats.duplicates);
-      p.ack_now = true;  // our ack may have been lost
+      // Our ack may have been lost, or the sender resent needlessly: ack
+      // now and report the duplicate (the sender undoes what it spent).
+      p.dsack = h.seq;
+      p.acks->OnArrival(Clock::now(), 0, /*urgent=*/true);
       return;
     case ReceiveWindow::Verdict::kOutOfWindow:
       Bump(stats.out_of_window);
@@ -893,71 +938,42 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   }
   // Only packets that were fully validated and applied consume their seq;
   // a rejected forgery cannot shadow the real packet with that number.
+  // Ack at once when the sender acts on it: a gap opened or filled, a
+  // control packet, or the last packet of a message.
+  const bool in_order = h.seq == p.rx.cum() && p.rx.highest() <= h.seq;
+  const bool urgent = !in_order || static_cast<PacketType>(h.type) != PacketType::kData ||
+                      h.offset + h.payload_length >= h.total_length;
   if (!Apply(c, p, h, payload)) return;
   p.rx.Mark(h.seq);
-  ++p.rx_since_ack;
+  p.acks->OnArrival(Clock::now(), h.payload_length, urgent);
 }
 
 void Engine::Impl::HandleAck(Ctx& c, Peer& p, const WireHeader& h,
                              const uint8_t* sack) {
   Bump(stats.acks_received);
-  if (h.ack_seq > p.next_seq) {
+  ReliableSender& s = *p.sender;
+  const ReliableSender::Counters before = s.counters();
+  const uint64_t dsack = h.aux == 0 ? kNoSeq : h.aux - 1;
+  const bool ok = s.OnAck(h.ack_seq, sack, h.payload_length, dsack, Clock::now(),
+                          [&](uint64_t seq) {
+                            MarkAcked(c, p, p.unacked[seq - p.unacked_base]);
+                          });
+  if (!ok) {
     Bump(stats.unknown_message);  // acks what was never sent
     return;
   }
-  const auto now = Clock::now();
-  bool advanced = false;
-  while (p.unacked_base < h.ack_seq && !p.unacked.empty()) {
-    MarkAcked(c, p, p.unacked.front(), now);
-    p.unacked.pop_front();
-    ++p.unacked_base;
-    advanced = true;
-  }
-  if (p.unacked_base < h.ack_seq) p.unacked_base = h.ack_seq;  // defensive
-  for (uint32_t i = 0; i < h.payload_length * 8u; ++i) {
-    if (!((sack[i / 8] >> (i % 8)) & 1)) continue;
-    const uint64_t seq = h.ack_seq + 1 + i;
-    if (seq >= p.next_seq) break;
-    if (seq < p.unacked_base) continue;
-    TxRecord& r = p.unacked[seq - p.unacked_base];
-    if (!r.acked) {
-      MarkAcked(c, p, r, now);
-      advanced = true;
-    }
-    if (seq + 1 > p.highest_sacked) p.highest_sacked = seq + 1;
-  }
-  while (!p.unacked.empty() && p.unacked.front().acked) {
+  while (p.unacked_base < s.scoreboard().base() && !p.unacked.empty()) {
     p.unacked.pop_front();
     ++p.unacked_base;
   }
-  if (advanced) {
-    p.rtt.ResetBackoff();
-    p.last_ack_progress = now;
-  }
-  // Fast retransmit: a packet with at least 3 later packets acknowledged,
-  // not (re)sent within the last smoothed RTT, is presumed lost.
-  if (p.highest_sacked > p.unacked_base + 3) {
-    const uint64_t limit = p.highest_sacked - 3;
-    const auto srtt = std::max(p.rtt.srtt(), us(200));
-    for (uint64_t seq = p.unacked_base;
-         seq < limit && seq - p.unacked_base < p.unacked.size(); ++seq) {
-      TxRecord& r = p.unacked[seq - p.unacked_base];
-      if (!r.acked && !r.fast_pending && now - r.last_sent > srtt) {
-        r.fast_pending = true;
-        p.fast_queue.push_back(seq);
-      }
-    }
-  }
+  Bump(stats.fast_retransmits, s.counters().rack_lost - before.rack_lost);
+  Bump(stats.spurious_retransmits, s.counters().spurious - before.spurious);
 }
 
-void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r,
-                             Clock::time_point now) {
+void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r) {
   if (r.acked) return;
   r.acked = true;
   p.inflight_bytes -= r.h.payload_length;
-  if (!r.retransmitted) {
-    p.rtt.Sample(std::chrono::duration_cast<us>(now - r.first_sent));
-  }
   if (r.msg) {
     std::shared_ptr<OutMsg> m = std::move(r.msg);
     ++m->packets_acked;
@@ -1498,9 +1514,17 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
     p.eager_credit = static_cast<int64_t>(impl_->opts.eager_budget_per_peer);
     p.max_payload = impl_->max_payload;
     p.bounded_payload = impl_->bounded_payload;
-    p.rtt = RttEstimator(impl_->opts.initial_rto, impl_->opts.min_rto,
-                         impl_->opts.max_rto);
     p.live = PeerLiveness(impl_->opts.peer_dead);
+    ReliableSender::Options so;
+    so.initial_rto = impl_->opts.initial_rto;
+    so.min_rto = impl_->opts.min_rto;
+    so.max_rto = impl_->opts.max_rto;
+    so.max_ack_delay = kAckDelay;
+    so.min_pto = std::max(impl_->opts.min_rto / 4, us(200));
+    so.mss = impl_->max_payload + static_cast<uint32_t>(kHeaderBytes);
+    so.window = c->window + (c->window / impl_->max_payload + 1) * kHeaderBytes;
+    p.sender = std::make_unique<ReliableSender>(so);
+    p.acks = std::make_unique<AckScheduler>(kAckEvery, c->window / 4, kAckDelay);
   }
   const uint32_t id = c->id;
   impl_->contexts.emplace(id, std::move(c));
@@ -1971,7 +1995,9 @@ std::string Engine::DebugState(uint32_t ctx) const {
                     p.next_seq - p.unacked_base, " (", p.inflight_bytes,
                     " B) queued ", p.data_queue.size(), "+", p.ctrl.size(),
                     " out_msgs ", p.out_msgs.size(), " credit ", p.eager_credit,
-                    " rto ", p.rtt.rto().count(), "us; rx cum ", p.rx.cum(),
+                    " rto ", p.sender->rtt().rto().count(), "us srtt ",
+                    p.sender->rtt().srtt().count(), "us cwnd ", p.sender->cwnd().cwnd(),
+                    " lost ", p.sender->scoreboard().lost_packets(), "; rx cum ", p.rx.cum(),
                     " in_msgs ", p.in_msgs.size(), " next_announce ",
                     p.next_announce);
   }

@@ -1,6 +1,7 @@
 // engine.h — the datagram protocol engine of one device: contexts, peers,
 // message matching (eager / rendezvous), per-peer reliability (sequence
-// numbers, cumulative + selective acks, fast retransmit, RTO), flow control
+// numbers, cumulative + selective acks, RACK-TLP loss recovery, RTO, congestion
+// window and pacing: reliable/reliable_sender.h), flow control
 // (per-peer byte window, eager credit) and one progress thread with adaptive
 // backoff. It drives a PacketIo and knows nothing about Gloo classes; the
 // adapter (device.h, context.h, ...) translates.

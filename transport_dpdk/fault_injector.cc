@@ -1,6 +1,7 @@
 #include "transport_dpdk/fault_injector.h"
 
 #include "transport_dpdk/stats.h"
+#include "transport_dpdk/wire_format.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -48,26 +49,103 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(const std::string& spec) {
     else if (key == "reorder") st = prob(&f.reorder);
     else if (key == "corrupt") st = prob(&f.corrupt);
     else if (key == "delay_us") st = integer(&f.delay_us);
+    else if (key == "burst_loss") st = prob(&f.burst_loss);
+    else if (key == "burst_len") {
+      if (!absl::SimpleAtod(value, &f.burst_len) || !(f.burst_len >= 1.0)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "fault spec burst_len=", value, ": want a mean burst length >= 1"));
+      }
+    }
+    else if (key == "ack_drop") st = prob(&f.ack_drop);
+    else if (key == "tail") st = integer(&f.tail);
+    else if (key == "tx_partial") st = prob(&f.tx_partial);
     else if (key == "seed") st = integer(&f.seed);
     else {
       return absl::InvalidArgumentError(absl::StrCat(
           "fault spec has unknown key '", key,
-          "' (known: drop, dup, reorder, delay_us, corrupt, seed)"));
+          "' (known: drop, dup, reorder, delay_us, corrupt, burst_loss, burst_len, "
+          "ack_drop, tail, tx_partial, seed)"));
     }
     if (!st.ok()) return st;
+  }
+  if (f.burst_loss >= 1.0) {
+    return absl::InvalidArgumentError(
+        "fault spec burst_loss=1: want an average loss below 1");
   }
   return f;
 }
 
 FaultInjector::FaultInjector(std::unique_ptr<PacketIo> inner,
                              const FaultSpec& spec)
-    : inner_(std::move(inner)), spec_(spec), rng_(spec.seed) {}
+    : inner_(std::move(inner)), spec_(spec), rng_(spec.seed), tx_rng_(spec.seed ^ 0x9e3779b97f4a7c15ull) {}
 
 std::string FaultInjector::Describe() const {
   return absl::StrCat(inner_->Describe(), " +faults(drop=", spec_.drop,
                       ",dup=", spec_.dup, ",reorder=", spec_.reorder,
                       ",delay_us=", spec_.delay_us, ",corrupt=", spec_.corrupt,
-                      ",seed=", spec_.seed, ")");
+                      ",burst_loss=", spec_.burst_loss, ",burst_len=", spec_.burst_len,
+                      ",ack_drop=", spec_.ack_drop, ",tail=", spec_.tail,
+                      ",tx_partial=", spec_.tx_partial, ",seed=", spec_.seed, ")");
+}
+
+bool FaultInjector::BurstLoss() {
+  if (spec_.burst_loss <= 0) return false;
+  // Stationary P(bad) = g / (g + b) = burst_loss with b = 1 / burst_len.
+  const double b = 1.0 / spec_.burst_len;
+  const double g = spec_.burst_loss * b / (1.0 - spec_.burst_loss);
+  if (bad_) {
+    if (Chance(b)) bad_ = false;
+  } else if (Chance(g)) {
+    bad_ = true;
+    Bump(counters_.bursts);
+  }
+  return bad_;
+}
+
+bool FaultInjector::IsAck(const RxDatagram& d) const {
+  if (d.len < kHeaderBytes) return false;
+  uint16_t flags;
+  std::memcpy(&flags, d.data + 6, 2);
+  return d.data[5] == static_cast<uint8_t>(PacketType::kAck) &&
+         !(flags & kFlagUnreliable);
+}
+
+bool FaultInjector::TailDrop(const RxDatagram& d) {
+  if (spec_.tail == 0 || d.len < kHeaderBytes) return false;
+  WireHeader h;
+  if (ParseDatagram(d.data, d.len, &h, /*link_protects_payload=*/true) != ParseError::kOk) {
+    return false;
+  }
+  if (h.type != static_cast<uint8_t>(PacketType::kData) || (h.flags & kFlagUnreliable) ||
+      h.payload_length == 0) {
+    return false;
+  }
+  // Packets from the end of the message: every packet but the last is full.
+  const uint64_t after = h.total_length - h.offset - h.payload_length;
+  const uint64_t from_end = 1 + (after + h.payload_length - 1) / h.payload_length;
+  if (from_end > spec_.tail) return false;
+  const std::array<uint64_t, 4> key = {
+      h.session_token, (uint64_t{h.src_rank} << 32) | h.dst_context, h.message_id,
+      h.offset};
+  if (!tail_seen_.insert(key).second) return false;  // dropped once already
+  tail_order_.push_back(key);
+  if (tail_order_.size() > (1u << 20)) {
+    tail_seen_.erase(tail_order_.front());
+    tail_order_.pop_front();
+  }
+  return true;
+}
+
+size_t FaultInjector::TxBurst(const TxDatagram* d, size_t n) {
+  Bump(counters_.tx_offered, n);
+  size_t offer = n;
+  if (n > 0 && spec_.tx_partial > 0 &&
+      std::uniform_real_distribution<double>(0.0, 1.0)(tx_rng_) < spec_.tx_partial) {
+    offer = std::uniform_int_distribution<size_t>(0, n - 1)(tx_rng_);
+  }
+  const size_t sent = offer ? inner_->TxBurst(d, offer) : 0;
+  Bump(counters_.tx_refused, n - sent);
+  return sent;
 }
 
 bool FaultInjector::Chance(double p) {
@@ -110,6 +188,18 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
     Bump(counters_.seen);
     if (Chance(spec_.drop)) {
       Bump(counters_.dropped);
+      continue;
+    }
+    if (BurstLoss()) {
+      Bump(counters_.burst_dropped);
+      continue;
+    }
+    if (spec_.ack_drop > 0 && IsAck(d) && Chance(spec_.ack_drop)) {
+      Bump(counters_.acks_dropped);
+      continue;
+    }
+    if (TailDrop(d)) {
+      Bump(counters_.tail_dropped);
       continue;
     }
     if (d.len > 0 && Chance(spec_.corrupt)) {

@@ -3,21 +3,33 @@
 //
 // Faults are applied on the receive path (each rank injects into what it
 // receives, so both directions of every pair see them), which lets the
-// injector work on backend-owned buffers without touching user memory.
+// injector work on backend-owned buffers without touching user memory;
+// tx_partial acts on the transmit path.
 //
 // Spec: comma-separated key=value, e.g.
 //   "drop=0.01,dup=0.001,reorder=0.02,delay_us=50,corrupt=0.001,seed=7"
 //   drop, dup, reorder, corrupt: probabilities in [0, 1]
 //   delay_us: every datagram is delayed uniformly in [0, delay_us]
+//   burst_loss, burst_len: Gilbert-Elliott loss — a two-state chain whose
+//         bad state drops everything, entered so that burst_loss of all
+//         datagrams are lost on average, in bursts of burst_len (mean,
+//         geometric; default 8) datagrams
+//   ack_drop: probability that a reliable ACK is dropped (acks only)
+//   tail: the last `tail` packets of every reliable message are dropped,
+//         once each (retransmissions pass)
+//   tx_partial: probability that a TxBurst call accepts only a random
+//         prefix (possibly none) of its datagrams (local backpressure)
 //   seed: RNG seed (default 1); the same seed gives the same decisions for
 //         the same input sequence.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <deque>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -30,9 +42,14 @@ namespace transport {
 struct FaultSpec {
   double drop = 0, dup = 0, reorder = 0, corrupt = 0;
   uint64_t delay_us = 0;
+  double burst_loss = 0, burst_len = 8;
+  double ack_drop = 0;
+  uint64_t tail = 0;
+  double tx_partial = 0;
   uint64_t seed = 1;
   bool Any() const {
-    return drop > 0 || dup > 0 || reorder > 0 || corrupt > 0 || delay_us > 0;
+    return drop > 0 || dup > 0 || reorder > 0 || corrupt > 0 || delay_us > 0 ||
+           burst_loss > 0 || ack_drop > 0 || tail > 0 || tx_partial > 0;
   }
 };
 
@@ -42,6 +59,9 @@ absl::StatusOr<FaultSpec> ParseFaultSpec(const std::string& spec);
 struct FaultCounters {
   std::atomic<uint64_t> seen{0}, dropped{0}, duplicated{0}, reordered{0},
       delayed{0}, corrupted{0};
+  std::atomic<uint64_t> burst_dropped{0}, bursts{0}, acks_dropped{0},
+      tail_dropped{0};
+  std::atomic<uint64_t> tx_offered{0}, tx_refused{0};  // datagrams
 };
 
 class FaultInjector : public PacketIo {
@@ -57,9 +77,7 @@ class FaultInjector : public PacketIo {
   std::string AddressToString(const IoAddress& a) const override {
     return inner_->AddressToString(a);
   }
-  size_t TxBurst(const TxDatagram* d, size_t n) override {
-    return inner_->TxBurst(d, n);
-  }
+  size_t TxBurst(const TxDatagram* d, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override { inner_->Wake(); }
@@ -85,10 +103,21 @@ class FaultInjector : public PacketIo {
   };
   bool Chance(double p);
   void Emit(RxDatagram* out, size_t* n, std::vector<uint8_t> bytes);
+  // One step of the Gilbert-Elliott chain: is this datagram lost?
+  bool BurstLoss();
+  // Is d a reliable ACK / among the last `tail` packets of a reliable
+  // message, seen for the first time?
+  bool IsAck(const RxDatagram& d) const;
+  bool TailDrop(const RxDatagram& d);
 
   std::unique_ptr<PacketIo> inner_;
   const FaultSpec spec_;
   std::mt19937_64 rng_;
+  std::mt19937_64 tx_rng_;
+  bool bad_ = false;  // Gilbert-Elliott state
+  // Packets the tail rule already dropped once (FIFO-bounded).
+  std::set<std::array<uint64_t, 4>> tail_seen_;
+  std::deque<std::array<uint64_t, 4>> tail_order_;
   std::deque<Held> held_;
   std::vector<std::vector<uint8_t>> emitted_;  // owned copies returned last
   std::vector<RxDatagram> scratch_;

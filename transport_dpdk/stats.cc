@@ -16,8 +16,9 @@ uint64_t Stats::TotalDropped() const {
 std::string Stats::ToString() const {
   std::string s = absl::StrCat(
       "tx ", tx_packets, " pkts/", tx_bytes, " B, rx ", rx_packets, " pkts/",
-      rx_bytes, " B, retx ", retransmits, " (rto ", rto_events, ", fast ",
-      fast_retransmits, "), dup ", duplicates, ", acks ", acks_sent, "/",
+      rx_bytes, " B, retx ", retransmits, "/", retransmitted_bytes, " B (rto ",
+      rto_events, ", fast ", fast_retransmits, ", tlp ", tlp_probes, ", spurious ",
+      spurious_retransmits, "), dup ", duplicates, ", acks ", acks_sent, "/",
       acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
@@ -50,6 +51,9 @@ Stats AtomicStats::Snapshot() const {
   s.retransmits = r(retransmits);
   s.rto_events = r(rto_events);
   s.fast_retransmits = r(fast_retransmits);
+  s.retransmitted_bytes = r(retransmitted_bytes);
+  s.tlp_probes = r(tlp_probes);
+  s.spurious_retransmits = r(spurious_retransmits);
   s.duplicates = r(duplicates);
   s.acks_sent = r(acks_sent);
   s.acks_received = r(acks_received);

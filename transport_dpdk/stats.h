@@ -14,7 +14,11 @@ namespace transport {
 struct Stats {
   uint64_t tx_packets = 0, tx_bytes = 0, tx_backpressure = 0;
   uint64_t rx_packets = 0, rx_bytes = 0;
+  // fast_retransmits: packets found lost by the ack clock (RACK), not an RTO.
   uint64_t retransmits = 0, rto_events = 0, fast_retransmits = 0;
+  uint64_t retransmitted_bytes = 0;  // payload bytes resent
+  uint64_t tlp_probes = 0;           // tail-loss probes
+  uint64_t spurious_retransmits = 0; // resends the receiver reported duplicate
   uint64_t duplicates = 0;        // seq already received (re-acked)
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t eager_messages = 0, rendezvous_messages = 0;
@@ -50,6 +54,7 @@ struct AtomicStats {
   std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0};
   std::atomic<uint64_t> rx_packets{0}, rx_bytes{0};
   std::atomic<uint64_t> retransmits{0}, rto_events{0}, fast_retransmits{0};
+  std::atomic<uint64_t> retransmitted_bytes{0}, tlp_probes{0}, spurious_retransmits{0};
   std::atomic<uint64_t> duplicates{0}, acks_sent{0}, acks_received{0};
   std::atomic<uint64_t> eager_messages{0}, rendezvous_messages{0};
   std::atomic<uint64_t> malformed[static_cast<int>(ParseError::kCount)] = {};

@@ -28,9 +28,11 @@
 //   72   8  ack_seq         ACK: cumulative ack (all seq < ack_seq received);
 //                           selective-ack bitmap for seqs ack_seq+1.. in payload
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
-//                           CREDIT: eager bytes returned
+//                           CREDIT: eager bytes returned; ACK: 1 + a seq that
+//                           arrived twice since the last ack (0: none);
+//                           ABORT: 1 + blamed rank
 // PING/PONG (liveness) are unsequenced and carry no payload; message_id
-// is the ping's number, echoed by the pong. ABORT: aux = 1 + blamed rank.
+// is the ping's number, echoed by the pong.
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
 // message_id = bounded operation id, offset/total_length as DATA.

@@ -121,3 +121,19 @@ write("receive_window", "in_order", steps([0] * 64))
 write("receive_window", "reversed", steps(list(range(63, -1, -1))))
 write("receive_window", "gaps_and_duplicates", steps([5, 3, 5, 0, -1, 1, 0, 9, 2, 300, 1]))
 write("receive_window", "window_edge", steps([8191, 8192, 10000, 0, 8190, -200, 4096]))
+
+# send_scoreboard: operations (first byte % 7) with their operands; see the target.
+def send(k, size=100):
+    return bytes([0, k - 1] + [size - 1] * k)
+
+
+def ack(r, sack=b""):  # cum = base + r - 1
+    return bytes([1, r, len(sack)]) + sack
+
+
+write("send_scoreboard", "send_then_ack", send(16) + ack(9) + ack(17))
+write("send_scoreboard", "sack_runs", send(16) + send(16) + ack(3, bytes([0b10110110, 0xff, 0x0f, 0x80])) +
+      ack(3, bytes([0xff, 0xff])) + ack(33))
+write("send_scoreboard", "rto_restore", send(10) + bytes([3, 2, 4, 5, 5, 2, 7]) + ack(3) +
+      bytes([6]) + ack(12))
+write("send_scoreboard", "bad_acks", send(4) + ack(0) + ack(6) + ack(5, bytes([0xff] * 30)))

@@ -112,6 +112,69 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values("drop=0.01,dup=0.01,reorder=0.02,seed=3",
                       "drop=0.1,dup=0.02,reorder=0.05,corrupt=0.01,delay_us=50,seed=11"));
 
+// Exactness of every collective under the loss patterns a cloud produces
+// (fault_injector.h), without a hang.
+class LoopLossPatterns : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(LoopLossPatterns, AllCollectivesExact) {
+  attr a;
+  a.engine.faults = GetParam();
+  a.engine.min_rto = std::chrono::microseconds(2000);
+  auto bad = RunRanks(4, a, [&](int, std::shared_ptr<gloo::Context> ctx) {
+    return RunAll(ctx, AllCaseNames(), {0, 1, 1024, 100000});
+  });
+  for (auto& e : bad) ADD_FAILURE() << GetParam() << ": " << e;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Specs, LoopLossPatterns,
+    ::testing::Values("burst_loss=0.01,burst_len=8,seed=5", "ack_drop=0.05,seed=6",
+                      "tail=1", "tail=8", "tail=64", "tx_partial=0.3,seed=7"));
+
+// A lost tail is recovered by a probe in about a round trip, not one RTO per
+// packet: the last 8 packets of a 1 MiB message, dropped once, cost no RTO.
+// The RTO floor is raised to 200 ms so that "less than 3 floors" is far
+// outside scheduling noise (recovering by RTOs takes one floor per packet).
+TEST(LoopLossRecovery, TailOfALargeMessageIsRecoveredWithoutAnRto) {
+  attr a;
+  a.engine.faults = "tail=8";
+  a.engine.min_rto = std::chrono::milliseconds(200);
+  a.engine.initial_rto = std::chrono::milliseconds(200);
+  a.engine.max_rto = std::chrono::milliseconds(2000);
+  gloo::rendezvous::HashStore store;
+  std::vector<std::shared_ptr<gloo::transport::Device>> devs(2);
+  std::vector<std::shared_ptr<gloo::Context>> ctxs(2);
+  {
+    std::vector<std::thread> t;
+    for (int r = 0; r < 2; ++r) {
+      t.emplace_back([&, r] {
+        devs[r] = transport::loop::CreateDevice(a);
+        ctxs[r] = ConnectContext(store, devs[r], r, 2, std::chrono::seconds(30));
+      });
+    }
+    for (auto& th : t) th.join();
+  }
+  auto* sender = dynamic_cast<transport::Device*>(devs[1].get());
+  ASSERT_NE(sender, nullptr);
+  const size_t n = 1 << 20;
+  std::vector<uint8_t> src(n), dst(n, 0);
+  for (size_t i = 0; i < n; ++i) src[i] = static_cast<uint8_t>(i * 7 + 1);
+  auto send = ctxs[1]->createUnboundBuffer(src.data(), n);
+  auto recv = ctxs[0]->createUnboundBuffer(dst.data(), n);
+  const auto before = sender->stats();
+  const auto start = std::chrono::steady_clock::now();
+  recv->recv(1, 5);
+  send->send(0, 5);
+  send->waitSend(std::chrono::seconds(30));
+  recv->waitRecv(nullptr, std::chrono::seconds(30));
+  const auto elapsed = std::chrono::steady_clock::now() - start;
+  const auto after = sender->stats();
+  EXPECT_EQ(src, dst);
+  EXPECT_EQ(after.rto_events - before.rto_events, 0u) << after.ToString();
+  EXPECT_GE(after.retransmits - before.retransmits, 8u);
+  EXPECT_LT(elapsed, 3 * a.engine.min_rto) << after.ToString();
+}
+
 TEST(LoopDevice, TimeoutNamesPeerAndSlot) {
   auto bad = RunRanks(2, attr{}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
     if (r != 0) return "";

@@ -53,7 +53,10 @@ TEST_P(UdpFaults, ExactUnderFaults) {
 INSTANTIATE_TEST_SUITE_P(
     Specs, UdpFaults,
     ::testing::Values("drop=0.01,dup=0.01,reorder=0.02,seed=5",
-                      "drop=0.1,dup=0.02,reorder=0.05,corrupt=0.01,seed=9"));
+                      "drop=0.1,dup=0.02,reorder=0.05,corrupt=0.01,seed=9",
+                      // The loss patterns of a cloud (fault_injector.h), on the udp wrapper.
+                      "burst_loss=0.01,burst_len=8,ack_drop=0.05,tx_partial=0.3,seed=4",
+                      "tail=8"));
 
 TEST_F(Workers, PeerKilledMidCollectiveRaisesIoException) {
   const int n = 4, victim = 2;

@@ -33,6 +33,8 @@ class ReceiveWindow {
 
   // All seq < cum() arrived.
   uint64_t cum() const { return cum_; }
+  // One past the highest seq marked.
+  uint64_t highest() const { return highest_; }
 
   // Writes the selective-ack bitmap (bit i <-> seq cum()+1+i) into out and
   // returns its length in bytes (at most max_bytes).
