@@ -907,7 +907,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       Bump(stats.pongs_received);
       return;
     case PacketType::kAbort:
-      HandleAbort(*c, p, h);
+      HandleAbort(c, p, h);
       return;
     default:
       break;
@@ -1428,7 +1428,6 @@ void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
     p.unacked.clear();
     p.unacked_base = p.next_seq;
     p.inflight_bytes = 0;
-    p.fast_queue.clear();
     p.bounded_queue.clear();
   }
   // Tell the peers (like closing TCP connections): what they have pending
