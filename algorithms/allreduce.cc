@@ -6,7 +6,6 @@
 #include <cstring>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <gloo/common/error.h>
@@ -19,6 +18,7 @@
 #include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
 #include "algorithms/op_stats.h"
+#include "algorithms/operation_ledger.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
 
@@ -37,27 +37,6 @@ struct ImplAccess : gloo::AllreduceOptions {
     return opts.*(&ImplAccess::impl_);
   }
 };
-
-// Per-(context, tag) operation counters: every rank calls allreduce with a given tag in the
-// same order, so the counters agree; they seed the Hadamard signs and name bounded
-// operations. A context destroyed and another created at the same address must start
-// from 0 again, so each entry remembers (weakly) which context it counts for.
-uint64_t NextOperation(const std::shared_ptr<gloo::Context>& context, uint32_t tag) {
-  struct Counter {
-    std::weak_ptr<gloo::Context> context;
-    uint64_t next = 0;
-  };
-  static std::mutex mu;
-  static auto* counters =
-      new absl::flat_hash_map<std::tuple<const gloo::Context*, uint32_t>, Counter>();
-  std::lock_guard<std::mutex> lock(mu);
-  Counter& c = (*counters)[std::make_tuple(context.get(), tag)];
-  if (c.context.lock() != context) {
-    c.context = context;
-    c.next = 0;
-  }
-  return c.next++;
-}
 
 // Scratch memory for one peer's shard per step; grows, never shrinks, one per thread so
 // concurrent allreduces from several threads never share it.
@@ -367,10 +346,12 @@ void Run(Job job) {
 
   gloo::Context& ctx = *g.context;
   if (ctx.size > 1) {
-    // Every rank advances the same per-(context, tag) counter once per operation: it seeds
-    // the Hadamard signs and names bounded operations.
-    const uint64_t counter = NextOperation(g.context, g.tag);
-    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, counter);
+    // Every rank advances the context's ledger once per operation: the (tag, sequence) key
+    // seeds the Hadamard signs and names bounded operations, and the per-size count decides
+    // calibration, the same on every rank (operation_ledger.h).
+    const OperationLedger::Operation op = OperationLedger::Of(g.context)->Next(
+        g.tag, bytes, job.bounded ? job.policy->options().calibration_ops : 0);
+    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, op.key);
     BoundedChannel* channel = nullptr;
     if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
     if (job.bounded && channel == nullptr) WarnNoBoundedService();
@@ -380,11 +361,11 @@ void Run(Job job) {
     stats.bytes = bytes;
     stats.rank = ctx.rank;
     stats.size = ctx.size;
-    if (channel != nullptr && g.elements > 0 && !job.policy->Calibrating(bytes)) {
+    if (channel != nullptr && g.elements > 0 && !op.calibrate) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
       const TimeBound bound = job.policy->BoundFor(bytes);
       stats.mode = "bounded";
-      stats.op = BoundedOpId(g.tag, counter, 1);
+      stats.op = BoundedOpId(g.tag, op.sequence, 1);
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
@@ -395,6 +376,7 @@ void Run(Job job) {
       args.elements = g.elements;
       args.type = job.type;
       args.op = stats.op;
+      args.tag = g.tag;
       args.bound = bound;
       args.max_loss = job.max_loss;
       args.compensation = job.compensation;

@@ -23,7 +23,8 @@ std::string Stats::ToString() const {
       out_of_window, " unsupported ", unsupported, "; bounded tx ",
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
       repair_requests_sent, "/", repair_requests_received, " absent ",
-      repair_absent_sent, "/", repair_absent_received);
+      repair_absent_sent, "/", repair_absent_received, " deferred ", bounded_tx_deferred,
+      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -68,6 +69,9 @@ Stats AtomicStats::Snapshot() const {
   s.repair_requests_received = r(repair_requests_received);
   s.repair_absent_sent = r(repair_absent_sent);
   s.repair_absent_received = r(repair_absent_received);
+  s.bounded_tx_deferred = r(bounded_tx_deferred);
+  s.repair_requests_merged = r(repair_requests_merged);
+  s.repair_requests_dropped = r(repair_requests_dropped);
   return s;
 }
 

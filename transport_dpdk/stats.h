@@ -32,6 +32,11 @@ struct Stats {
   uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
   uint64_t repair_requests_sent = 0, repair_requests_received = 0;
   uint64_t repair_absent_sent = 0, repair_absent_received = 0;  // "cannot serve" answers
+  // Bounded packets the device refused (TX backpressure) and that were sent again later.
+  uint64_t bounded_tx_deferred = 0;
+  // Repair requests folded into one already queued for the same operation; dropped: the
+  // queue of repairs for a peer was full.
+  uint64_t repair_requests_merged = 0, repair_requests_dropped = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -51,6 +56,8 @@ struct AtomicStats {
   std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
   std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
   std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};
+  std::atomic<uint64_t> bounded_tx_deferred{0};
+  std::atomic<uint64_t> repair_requests_merged{0}, repair_requests_dropped{0};
   Stats Snapshot() const;
 };
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "algorithms/bounded_channel.h"
@@ -33,6 +34,10 @@ class BoundedEndpoint : public BoundedChannel {
   size_t PacketPayload() const override;
   void OnOperationDone(double loss_fraction, bool late) override;
 
+  // The transport's liveness reports `peer` gone: bounded waits for it end and the
+  // allreduce raises gloo::IoException naming it (BoundedReceive::PeerStatus).
+  void OnPeerFailed(int peer, const absl::Status& status);
+
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
   // Peers the engine sends this context's bounded data to at once (incast control).
   int ConcurrentSenders() const { return engine_->BoundedSenders(ctx_); }
@@ -42,7 +47,8 @@ class BoundedEndpoint : public BoundedChannel {
   const uint32_t ctx_;
   BoundedReceiver receiver_;
   BoundedSources sources_;
-  IncastControl incast_;  // used by the one thread that runs this context's operations
+  std::mutex incast_mu_;  // orders OnOperationDone's update of the engine's limit
+  IncastControl incast_;
 };
 
 }  // namespace transport
