@@ -422,6 +422,7 @@ void Run(Job job) {
       }
       StatsRegistry::Get().Record(stats);
     }
+    if (job.hadamard) stats.hadamard_seed = seed;
     if (job.stats_out != nullptr) *job.stats_out = stats;
   }
 

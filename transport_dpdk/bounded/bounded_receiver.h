@@ -60,7 +60,7 @@ class BoundedReceiver {
     size_t staging_bytes = 64 << 20;
     size_t staged_posts = 4;
     size_t max_staging_bytes = size_t{1} << 30;
-    size_t max_staged_packets = 1 << 16;
+    size_t max_staged_packets = 1 << 18;
     size_t max_staged_ops = 1024;
     // When staging is full, data staged longer ago than this is garbage (never posted here)
     // and makes room; younger data is what this rank posts next, so the newcomer is dropped.
