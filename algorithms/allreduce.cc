@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <vector>
@@ -253,7 +254,38 @@ struct PeerFingerprint {
 };
 static_assert(sizeof(PeerFingerprint) == 16, "fingerprint is sent as raw bytes");
 
-void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
+// Like WaitOne for a receive, but in short slices, returning false as soon as `leave()`
+// says so (the operation's peers run it bounded: the exchange never completes).
+bool WaitRecvUnless(gloo::transport::UnboundBuffer& buf, const char* what, uint32_t tag,
+                    const Deadline& deadline, const std::function<bool()>& leave) {
+  constexpr milliseconds kSlice{2};
+  for (;;) {
+    if (leave()) return false;
+    milliseconds left = deadline.Remaining(what, -1);  // throws at the deadline
+    if (left == gloo::transport::kUnsetTimeout || left > kSlice) left = kSlice;
+    const auto start = Clock::now();
+    try {
+      int rank = -1;
+      if (!buf.waitRecv(&rank, left)) {
+        GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
+                                " rank ", rank);
+      }
+      return true;
+    } catch (const gloo::IoException& e) {
+      // A timeout of the slice comes after the slice; anything sooner is a real error.
+      if (Clock::now() - start < left) {
+        throw gloo::IoException(
+            absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ", what, ": ", e.what()));
+      }
+    }
+  }
+}
+
+// Exchanges fingerprints with every peer and checks that they agree. With `leave` (a
+// calibrating operation on a transport with a bounded service), returns false without
+// completing the exchange once `leave()` is true.
+bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
+                      const std::function<bool()>& leave) {
   const Impl& g = job.gloo;
   gloo::Context& ctx = *g.context;
   const int n = ctx.size;
@@ -269,7 +301,13 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
     send_buf->send(peer, slot, 0, sizeof(mine));
   }
   for (int i = 0; i < n - 1; i++) {
-    WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+    if (leave) {
+      if (!WaitRecvUnless(*recv_buf, "exchanging operation sizes with", g.tag, deadline, leave)) {
+        return false;
+      }
+    } else {
+      WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+    }
   }
   for (int i = 0; i < n - 1; i++) {
     WaitOne(*send_buf, /*recv=*/false, "sending operation sizes to", -1, g.tag, deadline);
@@ -285,6 +323,7 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
                  "optireduce::allreduce (tag ", g.tag, "): ranks ", ctx.rank, " and ", peer,
                  " disagree on the reduce op or the Hadamard setting");
   }
+  return true;
 }
 
 // Exact TAR over the transport's reliable service, after the agreement check.
@@ -361,11 +400,33 @@ void Run(Job job) {
     stats.bytes = bytes;
     stats.rank = ctx.rank;
     stats.size = ctx.size;
-    if (channel != nullptr && g.elements > 0 && !op.calibrate) {
+    const Deadline deadline(g.timeout);
+    const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
+    const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
+    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+    const uint64_t bounded_op = BoundedOpId(g.tag, op.sequence, 1);
+    bool bounded = channel != nullptr && g.elements > 0 && !op.calibrate;
+    if (!bounded) {
+      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it. A
+      // calibrating rank whose peers run this operation bounded (their data for it is
+      // here; operation_ledger.h says when ranks can disagree) joins them: they never
+      // take part in the exchange.
+      std::function<bool()> peers_bounded;
+      if (channel != nullptr && g.elements > 0) {
+        peers_bounded = [channel, bounded_op] {
+          return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(bounded_op + 1);
+        };
+      }
+      if (!VerifyPeersAgree(job, slot_meta, deadline, peers_bounded)) {
+        bounded = true;
+        stats.joined_bounded = true;
+      }
+    }
+    if (bounded) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
       const TimeBound bound = job.policy->BoundFor(bytes);
       stats.mode = "bounded";
-      stats.op = BoundedOpId(g.tag, op.sequence, 1);
+      stats.op = bounded_op;
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
@@ -386,12 +447,6 @@ void Run(Job job) {
       args.hadamard = HadamardOptions(job);
       BoundedTranspose(args, &stats);
     } else {
-      const Deadline deadline(g.timeout);
-      const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
-      const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
-      const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
-      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it.
-      VerifyPeersAgree(job, slot_meta, deadline);
       if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
       stats.mode = channel != nullptr ? "calibration" : "reliable";
     }

@@ -136,6 +136,14 @@ class BoundedChannel {
     (void)deadline;
   }
 
+  // True when packets of `op` arrived although no receive of it is posted here yet: a peer
+  // runs that operation bounded. A rank that calibrates it (exact TAR) learns from this
+  // that it disagrees with its peers and joins them (algorithms/allreduce.cc).
+  virtual bool HasUnpostedData(uint64_t op) const {
+    (void)op;
+    return false;
+  }
+
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;
 

@@ -15,10 +15,11 @@
 //     second context of the same process (another process group), or a rank restarted into
 //     a new job, starts from its own counts, as its peers do. At most kMaxSizes sizes are
 //     counted; operations of further sizes calibrate (run exact) always.
-// Caveat: ranks agree on the mode of an operation as long as they start the operations of
-// one size in the same order; two operations of one size started at once from two threads
+// Ranks agree on the mode of an operation as long as they start the operations of one size
+// in the same order. Two operations of one size started at once from two threads
 // (ProcessGroupGloo's workers) while that size's calibration ends can be counted in
-// opposite orders on two ranks (see algorithms/README.md).
+// opposite orders on two ranks; the rank that calibrates then finds its peer's bounded
+// data for the operation and joins it (allreduce.cc, OpStats::joined_bounded).
 #pragma once
 
 #include <cstddef>

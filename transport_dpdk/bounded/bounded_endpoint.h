@@ -32,6 +32,7 @@ class BoundedEndpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;
+  bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
   void OnOperationDone(double loss_fraction, bool late) override;
 
   // The transport's liveness reports `peer` gone: bounded waits for it end and the

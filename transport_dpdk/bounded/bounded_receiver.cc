@@ -448,6 +448,11 @@ BoundedReceiverCounters BoundedReceiver::counters() const {
   return counters_;
 }
 
+bool BoundedReceiver::HasStaged(uint64_t op) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_.contains(op);
+}
+
 size_t BoundedReceiver::staged_bytes() const {
   std::lock_guard<std::mutex> lock(mu_);
   return staged_bytes_;

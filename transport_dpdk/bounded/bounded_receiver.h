@@ -91,6 +91,9 @@ class BoundedReceiver {
   // and later; its payloads are dropped and counted.
   void FailPeer(int peer, const absl::Status& status);
 
+  // Packets of `op` are staged: it is not posted here, but a peer sends it.
+  bool HasStaged(uint64_t op) const;
+
   BoundedReceiverCounters counters() const;
   // Memory the staging area holds now, as charged against its limit (tests).
   size_t staged_bytes() const;
