@@ -4,9 +4,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <mutex>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include <gloo/common/error.h>
@@ -19,6 +19,7 @@
 #include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
 #include "algorithms/op_stats.h"
+#include "algorithms/operation_ledger.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
 
@@ -37,27 +38,6 @@ struct ImplAccess : gloo::AllreduceOptions {
     return opts.*(&ImplAccess::impl_);
   }
 };
-
-// Per-(context, tag) operation counters: every rank calls allreduce with a given tag in the
-// same order, so the counters agree; they seed the Hadamard signs and name bounded
-// operations. A context destroyed and another created at the same address must start
-// from 0 again, so each entry remembers (weakly) which context it counts for.
-uint64_t NextOperation(const std::shared_ptr<gloo::Context>& context, uint32_t tag) {
-  struct Counter {
-    std::weak_ptr<gloo::Context> context;
-    uint64_t next = 0;
-  };
-  static std::mutex mu;
-  static auto* counters =
-      new absl::flat_hash_map<std::tuple<const gloo::Context*, uint32_t>, Counter>();
-  std::lock_guard<std::mutex> lock(mu);
-  Counter& c = (*counters)[std::make_tuple(context.get(), tag)];
-  if (c.context.lock() != context) {
-    c.context = context;
-    c.next = 0;
-  }
-  return c.next++;
-}
 
 // Scratch memory for one peer's shard per step; grows, never shrinks, one per thread so
 // concurrent allreduces from several threads never share it.
@@ -274,7 +254,38 @@ struct PeerFingerprint {
 };
 static_assert(sizeof(PeerFingerprint) == 16, "fingerprint is sent as raw bytes");
 
-void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
+// Like WaitOne for a receive, but in short slices, returning false as soon as `leave()`
+// says so (the operation's peers run it bounded: the exchange never completes).
+bool WaitRecvUnless(gloo::transport::UnboundBuffer& buf, const char* what, uint32_t tag,
+                    const Deadline& deadline, const std::function<bool()>& leave) {
+  constexpr milliseconds kSlice{2};
+  for (;;) {
+    if (leave()) return false;
+    milliseconds left = deadline.Remaining(what, -1);  // throws at the deadline
+    if (left == gloo::transport::kUnsetTimeout || left > kSlice) left = kSlice;
+    const auto start = Clock::now();
+    try {
+      int rank = -1;
+      if (!buf.waitRecv(&rank, left)) {
+        GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
+                                " rank ", rank);
+      }
+      return true;
+    } catch (const gloo::IoException& e) {
+      // A timeout of the slice comes after the slice; anything sooner is a real error.
+      if (Clock::now() - start < left) {
+        throw gloo::IoException(
+            absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ", what, ": ", e.what()));
+      }
+    }
+  }
+}
+
+// Exchanges fingerprints with every peer and checks that they agree. With `leave` (a
+// calibrating operation on a transport with a bounded service), returns false without
+// completing the exchange once `leave()` is true.
+bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
+                      const std::function<bool()>& leave) {
   const Impl& g = job.gloo;
   gloo::Context& ctx = *g.context;
   const int n = ctx.size;
@@ -290,7 +301,13 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
     send_buf->send(peer, slot, 0, sizeof(mine));
   }
   for (int i = 0; i < n - 1; i++) {
-    WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+    if (leave) {
+      if (!WaitRecvUnless(*recv_buf, "exchanging operation sizes with", g.tag, deadline, leave)) {
+        return false;
+      }
+    } else {
+      WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+    }
   }
   for (int i = 0; i < n - 1; i++) {
     WaitOne(*send_buf, /*recv=*/false, "sending operation sizes to", -1, g.tag, deadline);
@@ -306,6 +323,7 @@ void VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline) {
                  "optireduce::allreduce (tag ", g.tag, "): ranks ", ctx.rank, " and ", peer,
                  " disagree on the reduce op or the Hadamard setting");
   }
+  return true;
 }
 
 // Exact TAR over the transport's reliable service, after the agreement check.
@@ -367,10 +385,12 @@ void Run(Job job) {
 
   gloo::Context& ctx = *g.context;
   if (ctx.size > 1) {
-    // Every rank advances the same per-(context, tag) counter once per operation: it seeds
-    // the Hadamard signs and names bounded operations.
-    const uint64_t counter = NextOperation(g.context, g.tag);
-    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, counter);
+    // Every rank advances the context's ledger once per operation: the (tag, sequence) key
+    // seeds the Hadamard signs and names bounded operations, and the per-size count decides
+    // calibration, the same on every rank (operation_ledger.h).
+    const OperationLedger::Operation op = OperationLedger::Of(g.context)->Next(
+        g.tag, bytes, job.bounded ? job.policy->options().calibration_ops : 0);
+    const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, op.key);
     BoundedChannel* channel = nullptr;
     if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
     if (job.bounded && channel == nullptr) WarnNoBoundedService();
@@ -380,11 +400,33 @@ void Run(Job job) {
     stats.bytes = bytes;
     stats.rank = ctx.rank;
     stats.size = ctx.size;
-    if (channel != nullptr && g.elements > 0 && !job.policy->Calibrating(bytes)) {
+    const Deadline deadline(g.timeout);
+    const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
+    const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
+    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+    const uint64_t bounded_op = BoundedOpId(g.tag, op.sequence, 1);
+    bool bounded = channel != nullptr && g.elements > 0 && !op.calibrate;
+    if (!bounded) {
+      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it. A
+      // calibrating rank whose peers run this operation bounded (their data for it is
+      // here; operation_ledger.h says when ranks can disagree) joins them: they never
+      // take part in the exchange.
+      std::function<bool()> peers_bounded;
+      if (channel != nullptr && g.elements > 0) {
+        peers_bounded = [channel, bounded_op] {
+          return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(bounded_op + 1);
+        };
+      }
+      if (!VerifyPeersAgree(job, slot_meta, deadline, peers_bounded)) {
+        bounded = true;
+        stats.joined_bounded = true;
+      }
+    }
+    if (bounded) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
       const TimeBound bound = job.policy->BoundFor(bytes);
       stats.mode = "bounded";
-      stats.op = BoundedOpId(g.tag, counter, 1);
+      stats.op = bounded_op;
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
@@ -395,6 +437,7 @@ void Run(Job job) {
       args.elements = g.elements;
       args.type = job.type;
       args.op = stats.op;
+      args.tag = g.tag;
       args.bound = bound;
       args.max_loss = job.max_loss;
       args.compensation = job.compensation;
@@ -404,12 +447,6 @@ void Run(Job job) {
       args.hadamard = HadamardOptions(job);
       BoundedTranspose(args, &stats);
     } else {
-      const Deadline deadline(g.timeout);
-      const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
-      const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
-      const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
-      // Also with 0 elements: a rank with 0 and a rank with more must both hear of it.
-      VerifyPeersAgree(job, slot_meta, deadline);
       if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
       stats.mode = channel != nullptr ? "calibration" : "reliable";
     }
@@ -440,6 +477,7 @@ void Run(Job job) {
       }
       StatsRegistry::Get().Record(stats);
     }
+    if (job.hadamard) stats.hadamard_seed = seed;
     if (job.stats_out != nullptr) *job.stats_out = stats;
   }
 

@@ -22,6 +22,7 @@ const char* PhaseEndName(PhaseEnd end) {
     case PhaseEnd::kEarlyTimeout: return "early_timeout";
     case PhaseEnd::kDeadline: return "deadline";
     case PhaseEnd::kPeerTimeout: return "peer_timeout";
+    case PhaseEnd::kPeerFailed: return "peer_failed";
   }
   return "unknown";
 }

@@ -14,6 +14,8 @@
 #include <optional>
 #include <vector>
 
+#include "absl/status/status.h"
+
 namespace gloo {
 class Context;
 }
@@ -35,6 +37,7 @@ enum class PhaseEnd : uint8_t {
   kEarlyTimeout,  // every peer's last packets arrived and the input went quiet
   kDeadline,      // the hard bound of the phase passed
   kPeerTimeout,   // most peers were done; the others ran past what a typical peer needed
+  kPeerFailed,    // a peer whose data is missing is gone (PeerStatus says which and why)
 };
 const char* PhaseEndName(PhaseEnd end);
 
@@ -75,6 +78,14 @@ class BoundedReceive {
   // True when the sender of region `index` marked its bytes as an estimate (its own inputs
   // were incomplete: see BoundedChannel::Send), in any packet that arrived.
   virtual bool Estimated(size_t index) const = 0;
+  // Not OK when the sender of region `index` is gone (the transport's liveness reported it
+  // failed): its data never comes, and Wait/Repair return kPeerFailed instead of waiting
+  // for it. OptiReduce mode absorbs loss and lateness, never a dead peer: the allreduce
+  // raises gloo::IoException naming that rank.
+  virtual absl::Status PeerStatus(size_t index) const {
+    (void)index;
+    return absl::OkStatus();
+  }
   // When the first payload of region `index` arrived (payloads staged before the post
   // count as arriving at the post); nullopt while nothing has. How late peers start is
   // learned from it (TimeoutPolicy::RecordStartLag).
@@ -123,6 +134,14 @@ class BoundedChannel {
   virtual void FinishSends(uint64_t op, BoundedClock::time_point deadline) {
     (void)op;
     (void)deadline;
+  }
+
+  // True when packets of `op` arrived although no receive of it is posted here yet: a peer
+  // runs that operation bounded. A rank that calibrates it (exact TAR) learns from this
+  // that it disagrees with its peers and joins them (algorithms/allreduce.cc).
+  virtual bool HasUnpostedData(uint64_t op) const {
+    (void)op;
+    return false;
   }
 
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).

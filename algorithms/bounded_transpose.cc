@@ -7,7 +7,10 @@
 #include <utility>
 #include <vector>
 
+#include <gloo/common/error.h>
 #include <gloo/context.h>
+
+#include "absl/strings/str_cat.h"
 
 #include "algorithms/transpose_plan.h"
 
@@ -49,25 +52,37 @@ uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
 void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                  Clock::time_point deadline, Clock::time_point repair_end,
                  std::optional<Clock::time_point> start_by, const BoundedTransposeArgs& a,
-                 PhaseStats* p) {
+                 const char* what, PhaseStats* p) {
   const auto start = Clock::now();
   p->bytes_expected = 0;
   for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
   p->end = rx.Wait(deadline, a.bound.quiet, a.bound.peer_factor);
   p->bytes_received = ArrivedBytes(rx, regions.size());
-  if (LossFraction(*p) > a.max_loss && a.bound.repair_budget.count() > 0) {
+  if (p->end != PhaseEnd::kPeerFailed && LossFraction(*p) > a.max_loss &&
+      a.bound.repair_budget.count() > 0) {
     p->repaired = true;
     const auto now = Clock::now();
     const microseconds grace =
         start_by ? std::max(a.bound.quiet,
                             std::chrono::duration_cast<microseconds>(*start_by - now))
                  : a.bound.quiet;
-    rx.Repair(std::min(now + a.bound.repair_budget, repair_end), grace);
+    if (rx.Repair(std::min(now + a.bound.repair_budget, repair_end), grace) ==
+        PhaseEnd::kPeerFailed) {
+      p->end = PhaseEnd::kPeerFailed;
+    }
     p->bytes_received = ArrivedBytes(rx, regions.size());
   }
   for (size_t i = 0; i < regions.size(); i++) {
     uint64_t got = 0;
     for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+    // Loss and lateness are absorbed, a peer that is gone is not: its data never comes,
+    // and every later operation would silently run without it.
+    const absl::Status peer = rx.PeerStatus(i);
+    if (got < regions[i].nbytes && !peer.ok()) {
+      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") failed ",
+                                           what, " rank ", regions[i].peer, ": ",
+                                           peer.ToString()));
+    }
     if (got < regions[i].nbytes) p->late_peers.push_back(regions[i].peer);
     if (rx.Estimated(i)) p->estimated_peers.push_back(regions[i].peer);
   }
@@ -248,6 +263,28 @@ struct Scratch {
   }
 };
 
+// Releases both phases' sources when the operation ends by an exception (a send that
+// failed, a peer that is gone): after allreduce returns, the caller's buffer is never read
+// again, so no later repair may be served from it.
+class SourcesGuard {
+ public:
+  SourcesGuard(BoundedChannel* channel, uint64_t op1, uint64_t op2)
+      : channel_(channel), op1_(op1), op2_(op2) {}
+  SourcesGuard(const SourcesGuard&) = delete;
+  SourcesGuard& operator=(const SourcesGuard&) = delete;
+  ~SourcesGuard() {
+    if (!armed_) return;
+    channel_->Release(op1_);
+    channel_->Release(op2_);
+  }
+  void Disarm() { armed_ = false; }
+
+ private:
+  BoundedChannel* channel_;
+  uint64_t op1_, op2_;
+  bool armed_ = true;
+};
+
 template <typename T>
 void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   gloo::Context& ctx = *a.context;
@@ -275,6 +312,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
       peer_data.push_back(dst);
     }
   }
+  SourcesGuard guard(a.channel, op1, op2);
   auto rx1 = a.channel->PostReceive(op1, regions1);
   // Phase 2's receive is posted now, before phase 1 starts: shards of owners that finish
   // phase 1 before this rank are then not staged (copied twice). They land in scratch, not
@@ -310,7 +348,8 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const Clock::time_point start_by =
       learned_grace ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
   stats->start_grace_ms = std::chrono::duration<double, std::milli>(start_by - start).count();
-  FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a, &stats->phase[0]);
+  FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a,
+              "receiving phase-1 data from", &stats->phase[0]);
   NoteLateStarters(*rx1, regions1, start, learned_grace, rx2.get(), stats);
   ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
   rx1.reset();
@@ -325,7 +364,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     }
   }
   FinishPhase(*rx2, regions2, phase2_start + half, repair_end, std::nullopt, a,
-              &stats->phase[1]);
+              "receiving phase-2 data from", &stats->phase[1]);
   // Phase-1 sources are released before they are overwritten (what is still queued for
   // them is dropped; an owner still repairing gets no answer and compensates); the
   // reduced shard is copied so that late phase-2 repairs are still served while the
@@ -344,6 +383,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     rx2.reset();
     a.channel->Detach(op2);
   }
+  guard.Disarm();
 }
 
 }  // namespace

@@ -45,6 +45,7 @@ struct BoundedTransposeArgs {
   size_t elements = 0;
   DataType type = DataType::kFloat32;
   uint64_t op = 0;  // the same on every rank for the same operation
+  uint32_t tag = 0;  // for error messages
   TimeBound bound;
   double max_loss = kDefaultMaxLoss;
   Compensation compensation = Compensation::kDebias;
@@ -57,7 +58,10 @@ struct BoundedTransposeArgs {
   hadamard::Options hadamard;
 };
 
-// Runs both phases on `args.data` in place and fills the phase fields of `stats`.
+// Runs both phases on `args.data` in place and fills the phase fields of `stats`. Throws
+// gloo::IoException naming the rank when a peer whose data is missing is gone
+// (BoundedReceive::PeerStatus), and what the channel's Send throws; either way the
+// operation's sources are released before the exception leaves.
 void BoundedTranspose(const BoundedTransposeArgs& args, OpStats* stats);
 
 // Sizes (and faults in) the calling thread's scratch for a later BoundedTranspose of this

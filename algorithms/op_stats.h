@@ -34,6 +34,12 @@ struct OpStats {
   std::string mode;
   double bound_ms = 0;
   bool bound_capped = false;
+  // The Hadamard signs' seed (0: no transform): the same on every rank, new every operation.
+  uint64_t hadamard_seed = 0;
+  // This rank was to calibrate the operation but found a peer running it bounded (ranks
+  // that counted two concurrent operations of one size in opposite orders): it joined
+  // them instead of waiting for a reliable exchange that never comes.
+  bool joined_bounded = false;
   PhaseStats phase[2];
   // How late (from this rank's start) the latest peer's first phase-1 packet came, or when
   // a peer that had not started was given up (`start_lag_gave_up`); -1: not measured. The

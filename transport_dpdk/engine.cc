@@ -10,6 +10,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <random>
 #include <unordered_map>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,13 @@ constexpr int kPeerBudget = 64;
 constexpr uint32_t kAckEvery = 16;
 constexpr us kAckDelay{100};
 constexpr uint64_t kNoSeq = ReliableSender::kNone;
+// How long the bounded service waits before sending again what the device refused.
+constexpr std::chrono::microseconds kBoundedTxRetry{20};
+// Repair jobs (distinct operations) queued per peer at most; more requests are dropped
+// (counted) and asked again by the requester's next round.
+constexpr size_t kMaxQueuedRepairs = 64;
+// Ranges one repair job holds at most (as many as one request carries).
+constexpr size_t kMaxRepairRanges = 4096;
 
 struct OutMsg {
   uint64_t id = 0, op = 0, slot = 0;
@@ -206,6 +214,16 @@ struct Ctx {
   std::string failure;
 };
 
+// Where an engine's context ids start: random, so that a packet of an earlier run — same
+// addresses, and the same session token when OPTIREDUCE_SESSION_TOKEN fixes it — names a
+// context that does not exist in this one and is dropped (counted as bad_context) instead of
+// being taken for one of this run's operations, whose ids restart at the same values.
+uint32_t RandomContextEpoch() {
+  std::random_device rd;
+  const uint32_t epoch = rd() & 0x7fffffffu;  // leaves 2^31 ids before a wrap
+  return epoch == 0 ? 1 : epoch;
+}
+
 std::string RanksToString(const std::vector<int>& r) {
   return absl::StrCat("[", absl::StrJoin(r, ","), "]");
 }
@@ -260,7 +278,8 @@ struct Engine::Impl {
   // Signalled when a peer acknowledges its first packet (the connect handshake).
   std::condition_variable handshake_cv;
   std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
-  uint32_t next_ctx = 1;
+  // Context ids start at a random epoch per engine (RandomContextEpoch).
+  uint32_t next_ctx = RandomContextEpoch();
   uint64_t next_op = 1;
   AtomicStats stats;
 
@@ -680,6 +699,10 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
     // copies what it accepts (into the kernel, an mbuf or a queue) before returning, so
     // no bounce copy is needed (that copy was a fifth of a bounded operation's CPU). One
     // call sends at most one burst, so a caller detaching its sources waits for no more.
+    // A packet the device refuses (TX backpressure) is not lost: the job rewinds to the
+    // first refused packet, gives its tokens back and sends it again once the device
+    // takes packets (PumpBounded is called again shortly), so no local refusal is ever
+    // seen by the receiver as network loss.
     bool past_end = false;
     const int access = !c.bounded.read_source ? 0 :
         c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n, bool est) {
@@ -688,10 +711,16 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
             past_end = true;
             return;
           }
+          Flush();  // from here the batch holds this job's packets only
+          if (tx_blocked) return;
+          uint64_t offsets[kBurst];
+          uint64_t lens[kBurst];
           size_t emitted = 0;
           while (budget > 0 && !tx_blocked && j.next < end && emitted < kBurst &&
                  (rate <= 0 || bounded_tokens > 0)) {
             const uint64_t len = std::min<uint64_t>(p.bounded_payload, end - j.next);
+            offsets[emitted] = j.next;
+            lens[emitted] = len;
             WireHeader h;
             FillHeader(c, p, &h);
             h.type = static_cast<uint8_t>(PacketType::kData);
@@ -702,13 +731,27 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
             h.total_length = n;
             h.payload_length = static_cast<uint32_t>(len);
             Emit(p, h, src + j.next, static_cast<uint32_t>(len));
-            Bump(stats.bounded_tx_packets);
             j.next += len;
             bounded_tokens -= static_cast<double>(len + kHeaderBytes);
             --budget;
             ++emitted;
           }
-          Flush();
+          const size_t sent = tx_n == 0 ? 0 : io->TxBurst(tx, tx_n);
+          for (size_t i = 0; i < sent; ++i) {
+            Bump(stats.tx_bytes, tx[i].head_len + tx[i].body_len);
+          }
+          Bump(stats.tx_packets, sent);
+          Bump(stats.bounded_tx_packets, sent);
+          if (sent < tx_n) {
+            Bump(stats.tx_backpressure, tx_n - sent);
+            Bump(stats.bounded_tx_deferred, tx_n - sent);
+            for (size_t i = sent; i < tx_n; ++i) {
+              bounded_tokens += static_cast<double>(lens[i] + kHeaderBytes);
+            }
+            j.next = offsets[sent];
+            tx_blocked = true;
+          }
+          tx_n = 0;
         });
     if (access == -1) break;  // the owner is detaching its sources: next iteration
     if (access != 1) {  // gone, not started or pending: nothing to send from
@@ -718,7 +761,15 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
     if (past_end) j.next = j.ranges[j.range].second;  // range past the source's end
   }
   Flush();
-  if (!p.bounded_queue.empty() && now + opts.spin < *deadline) *deadline = now;
+  if (!p.bounded_queue.empty()) {
+    // Refused by the device: again after a pause in which its queue drains, not in a spin.
+    if (tx_blocked) {
+      const auto retry = now + kBoundedTxRetry;
+      if (retry < *deadline) *deadline = retry;
+    } else if (now + opts.spin < *deadline) {
+      *deadline = now;
+    }
+  }
 }
 
 void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
@@ -758,22 +809,50 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
         Bump(stats.repair_absent_sent);
         return;
       }
-      BoundedJob j;
-      j.op = h.message_id;
-      const size_t n = std::min<size_t>(h.payload_length / 16, 4096);
+      std::vector<std::pair<uint64_t, uint64_t>> asked;
+      const size_t n = std::min<size_t>(h.payload_length / 16, kMaxRepairRanges);
       for (size_t i = 0; i < n; ++i) {
         uint64_t b, e;
         std::memcpy(&b, payload + 16 * i, 8);
         std::memcpy(&e, payload + 16 * i + 8, 8);
-        if (b < e) j.ranges.emplace_back(b, e);
+        if (b < e) asked.emplace_back(b, e);
       }
-      // Repairs go before the sends still queued (order 0), in arrival order.
-      if (!j.ranges.empty()) {
-        // (A send interrupted half way keeps its position and resumes after them.)
-        auto at = p.bounded_queue.begin();
-        while (at != p.bounded_queue.end() && at->order == 0) ++at;
-        p.bounded_queue.insert(at, std::move(j));
+      if (asked.empty()) return;
+      // Repairs go before the sends still queued (order 0), in arrival order; a request for
+      // an operation whose repair is still queued is merged into it (the union of what is
+      // left to send and what is asked), so repeated requests never grow the queue.
+      // (A send interrupted half way keeps its position and resumes after them.)
+      auto at = p.bounded_queue.begin();
+      size_t repairs = 0;
+      for (; at != p.bounded_queue.end() && at->order == 0; ++at, ++repairs) {
+        if (at->op != h.message_id) continue;
+        BoundedJob& q = *at;
+        for (size_t r = q.range; r < q.ranges.size(); ++r) {
+          const uint64_t b = r == q.range ? std::max(q.next, q.ranges[r].first) : q.ranges[r].first;
+          if (b < q.ranges[r].second) asked.emplace_back(b, q.ranges[r].second);
+        }
+        std::sort(asked.begin(), asked.end());
+        q.ranges.clear();
+        for (const auto& [b, e] : asked) {
+          if (!q.ranges.empty() && b <= q.ranges.back().second) {
+            q.ranges.back().second = std::max(q.ranges.back().second, e);
+          } else if (q.ranges.size() < kMaxRepairRanges) {
+            q.ranges.emplace_back(b, e);
+          }
+        }
+        q.range = 0;
+        q.next = q.ranges.front().first;
+        Bump(stats.repair_requests_merged);
+        return;
       }
+      if (repairs >= kMaxQueuedRepairs) {
+        Bump(stats.repair_requests_dropped);
+        return;
+      }
+      BoundedJob j;
+      j.op = h.message_id;
+      j.ranges = std::move(asked);
+      p.bounded_queue.insert(at, std::move(j));
       return;
     }
     default:

@@ -28,7 +28,8 @@ std::string Stats::ToString() const {
       repair_requests_sent, "/", repair_requests_received, " absent ",
       repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
       pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
-      peers_dead, " failed ctx ", contexts_failed);
+      peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
+      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -84,6 +85,9 @@ Stats AtomicStats::Snapshot() const {
   s.peers_unreachable = r(peers_unreachable);
   s.peers_dead = r(peers_dead);
   s.contexts_failed = r(contexts_failed);
+  s.bounded_tx_deferred = r(bounded_tx_deferred);
+  s.repair_requests_merged = r(repair_requests_merged);
+  s.repair_requests_dropped = r(repair_requests_dropped);
   return s;
 }
 

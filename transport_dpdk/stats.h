@@ -44,6 +44,11 @@ struct Stats {
   // peer, peers declared gone, contexts failed (by a gone peer or a timed-out wait).
   uint64_t pings_sent = 0, pongs_received = 0;
   uint64_t peers_unreachable = 0, peers_dead = 0, contexts_failed = 0;
+  // Bounded packets the device refused (TX backpressure) and that were sent again later.
+  uint64_t bounded_tx_deferred = 0;
+  // Repair requests folded into one already queued for the same operation; dropped: the
+  // queue of repairs for a peer was full.
+  uint64_t repair_requests_merged = 0, repair_requests_dropped = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -67,6 +72,8 @@ struct AtomicStats {
   std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};
   std::atomic<uint64_t> pings_sent{0}, pongs_received{0};
   std::atomic<uint64_t> peers_unreachable{0}, peers_dead{0}, contexts_failed{0};
+  std::atomic<uint64_t> bounded_tx_deferred{0};
+  std::atomic<uint64_t> repair_requests_merged{0}, repair_requests_dropped{0};
   Stats Snapshot() const;
 };
 

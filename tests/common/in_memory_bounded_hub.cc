@@ -33,6 +33,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   void Detach(uint64_t op) override { sources_.Detach(op); }
   void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override { return payload_; }
+  bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
 
   // A peer asks for `missing` ranges of what this rank sent it as `op`; what this rank
   // cannot send (released, or not started) it says so, as the engine does.

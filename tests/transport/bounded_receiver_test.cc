@@ -5,7 +5,10 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <cstdio>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -164,9 +167,10 @@ TEST(BoundedReceiverStaging, GrowsToHoldWholePostsOfTheLargestSizePosted) {
   BoundedReceiver receiver(options);
   std::vector<char> dst(1500);
   { auto rx = receiver.Post(1, {{1, dst.data(), 1500}}, nullptr); }  // largest post: 1500
-  // A peer one operation ahead: 3000 bytes of op 2 must all be kept (limit 4 x 1500).
-  Stage(receiver, 2, 1, 1500);
-  Stage(receiver, 2, 2, 1500);
+  // A peer one operation ahead: 3000 bytes of op 2 (and their bookkeeping) must all be
+  // kept (limit 4 x 1500).
+  Stage(receiver, 2, 1, 1500, 500);
+  Stage(receiver, 2, 2, 1500, 500);
   EXPECT_EQ(receiver.counters().staging_overflow_packets, 0u);
   std::vector<char> a(1500), b(1500);
   auto rx = receiver.Post(2, {{1, a.data(), 1500}, {2, b.data(), 1500}}, nullptr);
@@ -176,7 +180,7 @@ TEST(BoundedReceiverStaging, GrowsToHoldWholePostsOfTheLargestSizePosted) {
 
 TEST(BoundedReceiverStaging, WhenFullKeepsWhatThisRankPostsNextAndDropsTheNewcomer) {
   BoundedReceiver::Options options;
-  options.staging_bytes = 2000;
+  options.staging_bytes = 2000 + 20 * BoundedReceiver::kStagedPacketCost;
   options.staged_posts = 1;
   BoundedReceiver receiver(options);
   Stage(receiver, 5, 1, 2000);  // the operation this rank posts next: fills staging
@@ -191,7 +195,7 @@ TEST(BoundedReceiverStaging, WhenFullKeepsWhatThisRankPostsNextAndDropsTheNewcom
 
 TEST(BoundedReceiverStaging, DataOlderThanTheMaximumAgeMakesRoom) {
   BoundedReceiver::Options options;
-  options.staging_bytes = 2000;
+  options.staging_bytes = 2000 + 20 * BoundedReceiver::kStagedPacketCost;
   options.staged_posts = 1;
   options.staged_max_age = std::chrono::milliseconds(20);
   BoundedReceiver receiver(options);
@@ -203,6 +207,72 @@ TEST(BoundedReceiverStaging, DataOlderThanTheMaximumAgeMakesRoom) {
   auto rx = receiver.Post(9, {{1, dst.data(), 500}}, nullptr);
   EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(1), std::chrono::microseconds(1000), 0),
             PhaseEnd::kComplete);
+}
+
+size_t RssBytes() {
+  long pages = 0, resident = 0;
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  if (std::fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+  std::fclose(f);
+  return static_cast<size_t>(resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// A peer (buggy or hostile) floods bounded packets of operations this rank never posts:
+// empty and 1-byte ones, which a byte-only limit let through at no cost. Staging stays
+// within its limit and the counters say what was dropped.
+TEST(BoundedReceiverStaging, AFloodOfTinyPacketsStaysWithinTheLimitAndIsCounted) {
+  BoundedReceiver::Options options;  // the defaults the transport uses
+  BoundedReceiver receiver(options);
+  const char byte = 1;
+  const size_t rss_before = RssBytes();
+  constexpr uint64_t kPackets = 1000000;
+  for (uint64_t i = 0; i < kPackets; i++) {
+    // Ops spread over many ids (a new op every 64 packets), half of the packets empty.
+    receiver.OnData(1000 + i / 64, static_cast<int>(i % 3), i, &byte, i % 2, false);
+  }
+  const size_t rss_after = RssBytes();
+  const BoundedReceiverCounters c = receiver.counters();
+  EXPECT_LE(receiver.staged_bytes(), options.staging_bytes);
+  EXPECT_LE(receiver.staged_packets(), options.max_staged_packets);
+  EXPECT_EQ(c.staged_packets, receiver.staged_packets());
+  EXPECT_EQ(c.staged_packets + c.staging_overflow_packets, kPackets);
+  EXPECT_GT(c.staging_overflow_packets, 0u);
+  EXPECT_LE(c.staging_overflow_bytes, kPackets / 2);
+  // Within the staging limit as charged (payload + bookkeeping per packet).
+  EXPECT_LT(rss_after, rss_before + options.staging_bytes) << rss_before << " -> " << rss_after;
+  // Operations count too: at most max_staged_ops of them hold packets.
+  BoundedReceiver::Options few;
+  few.max_staged_ops = 4;
+  BoundedReceiver small(few);
+  for (uint64_t op = 0; op < 10; op++) small.OnData(op, 1, 0, &byte, 0, true);
+  EXPECT_EQ(small.staged_packets(), 4u);
+  EXPECT_EQ(small.counters().staging_overflow_packets, 6u);
+}
+
+// The transport's liveness reports a peer gone: a wait for its data ends at once with
+// kPeerFailed and its region says why; the others' data is still applied; receives posted
+// later fail at once too, and its late packets are dropped and counted.
+TEST(BoundedReceiverFailure, AFailedPeerEndsTheWaitWithItsStatus) {
+  BoundedReceiver receiver;
+  std::vector<char> a(100), b(100);
+  auto rx = receiver.Post(1, {{1, a.data(), 100}, {2, b.data(), 100}}, nullptr);
+  const std::vector<char> data(100, 7);
+  receiver.OnData(1, 1, 0, data.data(), 100, true);
+  std::thread fail([&] { receiver.FailPeer(2, absl::UnavailableError("no heartbeat for 2 s")); });
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kPeerFailed);
+  fail.join();
+  EXPECT_TRUE(rx->PeerStatus(0).ok());
+  EXPECT_EQ(rx->PeerStatus(1).code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(rx->Repair(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1)),
+            PhaseEnd::kPeerFailed);
+  rx.reset();
+  auto later = receiver.Post(3, {{2, b.data(), 100}}, nullptr);
+  EXPECT_EQ(later->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kPeerFailed);
+  receiver.OnData(3, 2, 0, data.data(), 100, true);
+  EXPECT_EQ(receiver.counters().failed_peer_packets, 1u);
 }
 
 }  // namespace

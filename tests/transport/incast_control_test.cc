@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <thread>
+
 namespace optireduce {
 namespace transport {
 namespace {
@@ -44,6 +46,18 @@ TEST(IncastControl, LatenessTakesOneSenderOffAndRestartsTheCleanRun) {
   c.OnOperation(0.0, true);  // a late operation in a clean run starts it again
   for (int i = 1; i < IncastControl::kCleanOpsToGrow; i++) EXPECT_EQ(c.OnOperation(0.0), 1);
   EXPECT_EQ(c.OnOperation(0.0), 2);
+}
+
+// Two threads report operations at once (ProcessGroupGloo runs two allreduces on one
+// context): no report is lost, so the limit grows exactly once per run of clean ones.
+TEST(IncastControl, ConcurrentReportsAreAllCounted) {
+  IncastControl c(1 << 20, 1);
+  constexpr int kPerThread = 16 * IncastControl::kCleanOpsToGrow * 64;
+  std::thread a([&] { for (int i = 0; i < kPerThread; i++) c.OnOperation(0.0); });
+  std::thread b([&] { for (int i = 0; i < kPerThread; i++) c.OnOperation(0.0); });
+  a.join();
+  b.join();
+  EXPECT_EQ(c.senders(), 1 + 2 * kPerThread / IncastControl::kCleanOpsToGrow);
 }
 
 }  // namespace

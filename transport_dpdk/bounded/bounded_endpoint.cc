@@ -61,6 +61,9 @@ void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes
   sources_.Register(op, peer, src, nbytes, estimated);
   const absl::Status status = engine_->SendBounded(ctx_, peer, op, nbytes);
   if (!status.ok()) {
+    // The caller's memory must not be read after the exception: nothing of `op` is served
+    // any more (its peers' repairs are answered "gone" and they compensate).
+    sources_.Release(op);
     GLOO_THROW_IO_EXCEPTION("optireduce bounded send: ", status.ToString());
   }
 }
@@ -77,10 +80,15 @@ void BoundedEndpoint::FinishSends(uint64_t op, BoundedClock::time_point deadline
 void BoundedEndpoint::Detach(uint64_t op) { sources_.Detach(op); }
 
 void BoundedEndpoint::OnOperationDone(double loss_fraction, bool late) {
-  const int before = incast_.senders();
-  if (incast_.OnOperation(loss_fraction, late) != before) {
-    engine_->SetBoundedSenders(ctx_, incast_.senders());
-  }
+  // Two threads may report at once: the limit set is the one this report produced, under
+  // a lock so that the engine ends with the newest of them.
+  std::lock_guard<std::mutex> lock(incast_mu_);
+  const int senders = incast_.OnOperation(loss_fraction, late);
+  if (senders != engine_->BoundedSenders(ctx_)) engine_->SetBoundedSenders(ctx_, senders);
+}
+
+void BoundedEndpoint::OnPeerFailed(int peer, const absl::Status& status) {
+  receiver_.FailPeer(peer, status);
 }
 
 size_t BoundedEndpoint::PacketPayload() const { return engine_->BoundedPayload(); }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "algorithms/bounded_channel.h"
@@ -31,7 +32,12 @@ class BoundedEndpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;
+  bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
   void OnOperationDone(double loss_fraction, bool late) override;
+
+  // The transport's liveness reports `peer` gone: bounded waits for it end and the
+  // allreduce raises gloo::IoException naming it (BoundedReceive::PeerStatus).
+  void OnPeerFailed(int peer, const absl::Status& status);
 
   BoundedReceiverCounters counters() const { return receiver_.counters(); }
   // OK while the context works; UNAVAILABLE naming the gone peer's rank (or the timed-out
@@ -46,7 +52,8 @@ class BoundedEndpoint : public BoundedChannel {
   const uint32_t ctx_;
   BoundedReceiver receiver_;
   BoundedSources sources_;
-  IncastControl incast_;  // used by the one thread that runs this context's operations
+  std::mutex incast_mu_;  // orders OnOperationDone's update of the engine's limit
+  IncastControl incast_;
 };
 
 }  // namespace transport

@@ -40,6 +40,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
       bool all_last = true;
       for (const Region& r : posted_->regions) {
         const bool full = r.bytes == r.spec.nbytes;
+        if (!full && !r.given_up && !r.failure.ok()) return PhaseEnd::kPeerFailed;
         complete = complete && full;
         done_or_given_up = done_or_given_up && (full || r.given_up);
         all_last = all_last && (r.last_seen || full || r.given_up);
@@ -124,6 +125,10 @@ class BoundedReceiver::Receive : public BoundedReceive {
       // said it cannot serve, or the deadline.
       const PhaseEnd end = WaitLocked(lock, until, std::chrono::hours(24), /*peer_factor=*/0,
                                       not_started_grace);
+      if (end == PhaseEnd::kPeerFailed) {
+        posted_->accepting = false;
+        return end;
+      }
       // kPeerTimeout here (no peer factor): complete but for the regions given up.
       if (end == PhaseEnd::kComplete || end == PhaseEnd::kPeerTimeout ||
           Clock::now() >= deadline || (end == PhaseEnd::kDeadline && Clock::now() < until)) {
@@ -139,7 +144,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
       std::lock_guard<std::mutex> lock(owner_->mu_);
       const auto now = Clock::now();
       for (const Region& r : posted_->regions) {
-        if (r.released || r.given_up) continue;  // the data is gone, or not waited for
+        // The data is gone, or not waited for.
+        if (r.released || r.given_up || !r.failure.ok()) continue;
         std::vector<ByteRange> missing;
         size_t next = 0;
         for (const auto& [begin, end] : r.arrived) {
@@ -166,6 +172,12 @@ class BoundedReceiver::Receive : public BoundedReceive {
     if (index >= posted_->regions.size()) return out;
     for (const auto& [begin, end] : posted_->regions[index].arrived) out.push_back({begin, end});
     return out;
+  }
+
+  absl::Status PeerStatus(size_t index) const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    if (index >= posted_->regions.size()) return absl::OkStatus();
+    return posted_->regions[index].failure;
   }
 
   bool Estimated(size_t index) const override {
@@ -207,15 +219,17 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
                                                       std::vector<BoundedRegion> regions,
                                                       RepairRequest repair) {
   auto posted = std::make_unique<Posted>();
+  std::lock_guard<std::mutex> lock(mu_);
   for (const BoundedRegion& spec : regions) {
     posted->regions.push_back(Region{});
     posted->regions.back().spec = spec;
+    auto failed = failed_peers_.find(spec.peer);
+    if (failed != failed_peers_.end()) posted->regions.back().failure = failed->second;
   }
   posted->posted_at = Clock::now();
   posted->last_arrival = posted->posted_at;
   size_t post_bytes = 0;
   for (const BoundedRegion& spec : regions) post_bytes += spec.nbytes;
-  std::lock_guard<std::mutex> lock(mu_);
   if (post_bytes > 0 && options_.staged_posts > 0) {
     const size_t want = post_bytes > options_.max_staging_bytes / options_.staged_posts
                             ? options_.max_staging_bytes
@@ -231,7 +245,8 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
   auto it = staged_.find(op);
   if (it != staged_.end()) {
     for (Staged& s : it->second) {
-      staged_bytes_ -= s.bytes.size();
+      staged_bytes_ -= s.bytes.size() + kStagedPacketCost;
+      staged_count_--;
       ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last, s.estimated);
       RecycleLocked(std::move(s.bytes));
     }
@@ -304,6 +319,10 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
 void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
                              size_t len, bool last, bool estimated) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (failed_peers_.contains(src)) {
+    counters_.failed_peer_packets++;
+    return;
+  }
   auto it = posted_.find(op);
   if (it != posted_.end()) {
     if (!it->second->accepting) {
@@ -317,30 +336,47 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
     counters_.stale_packets++;
     return;
   }
-  // Not posted yet: stage. When full, only operations staged longer ago than the maximum
-  // age make room (garbage); the others are what this rank posts next, oldest first, so
-  // it is the newcomer that is dropped.
+  // Not posted yet: stage, within the limits on bytes (each packet charged its payload
+  // plus its bookkeeping, so empty packets count too), packets and operations. When full,
+  // only operations staged longer ago than the maximum age make room (garbage); the others
+  // are what this rank posts next, oldest first, so it is the newcomer that is dropped.
+  const size_t cost = len + kStagedPacketCost;
+  auto full = [&] {
+    return staged_bytes_ + cost > staging_limit_ ||
+           staged_count_ >= options_.max_staged_packets ||
+           (staged_.size() >= options_.max_staged_ops && !staged_.contains(op));
+  };
   const auto now = Clock::now();
-  while (staged_bytes_ + len > staging_limit_ && !staged_order_.empty() &&
+  while (full() && !staged_order_.empty() &&
          now - staged_order_.front().second > options_.staged_max_age) {
     const uint64_t victim = staged_order_.front().first;
     staged_order_.pop_front();
-    for (Staged& s : staged_[victim]) {
-      staged_bytes_ -= s.bytes.size();
-      counters_.staging_overflow_packets++;
-      RecycleLocked(std::move(s.bytes));
-    }
-    staged_.erase(victim);
+    EvictStagedLocked(victim);
   }
-  if (staged_bytes_ + len > staging_limit_) {
+  if (full()) {
     counters_.staging_overflow_packets++;
+    counters_.staging_overflow_bytes += len;
     return;
   }
   auto& list = staged_[op];
   if (list.empty()) staged_order_.emplace_back(op, now);
   list.push_back(Staged{src, offset, last, estimated, TakeBufferLocked(data, len)});
-  staged_bytes_ += len;
+  staged_bytes_ += cost;
+  staged_count_++;
   counters_.staged_packets++;
+}
+
+void BoundedReceiver::EvictStagedLocked(uint64_t op) {
+  auto it = staged_.find(op);
+  if (it == staged_.end()) return;
+  for (Staged& s : it->second) {
+    staged_bytes_ -= s.bytes.size() + kStagedPacketCost;
+    staged_count_--;
+    counters_.staging_overflow_packets++;
+    counters_.staging_overflow_bytes += s.bytes.size();
+    RecycleLocked(std::move(s.bytes));
+  }
+  staged_.erase(it);
 }
 
 std::vector<char> BoundedReceiver::TakeBufferLocked(const void* data, size_t len) {
@@ -356,7 +392,11 @@ std::vector<char> BoundedReceiver::TakeBufferLocked(const void* data, size_t len
 }
 
 void BoundedReceiver::RecycleLocked(std::vector<char>&& bytes) {
-  if (spare_bytes_ + bytes.capacity() > staging_limit_) return;  // freed
+  // Freed when empty (nothing to reuse) or beyond the limits.
+  if (bytes.capacity() == 0 || spare_bytes_ + bytes.capacity() > staging_limit_ ||
+      spare_buffers_.size() >= options_.max_staged_packets) {
+    return;
+  }
   spare_bytes_ += bytes.capacity();
   spare_buffers_.push_back(std::move(bytes));
 }
@@ -389,9 +429,38 @@ void BoundedReceiver::OnAbsent(uint64_t op, int src, bool not_started) {
   cv_.notify_all();
 }
 
+void BoundedReceiver::FailPeer(int peer, const absl::Status& status) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    const absl::Status failure = status.ok() ? absl::UnavailableError("peer failed") : status;
+    failed_peers_[peer] = failure;
+    for (auto& [op, posted] : posted_) {
+      for (Region& r : posted->regions) {
+        if (r.spec.peer == peer) r.failure = failure;
+      }
+    }
+  }
+  cv_.notify_all();
+}
+
 BoundedReceiverCounters BoundedReceiver::counters() const {
   std::lock_guard<std::mutex> lock(mu_);
   return counters_;
+}
+
+bool BoundedReceiver::HasStaged(uint64_t op) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_.contains(op);
+}
+
+size_t BoundedReceiver::staged_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_bytes_;
+}
+
+size_t BoundedReceiver::staged_packets() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return staged_count_;
 }
 
 void BoundedSources::Register(uint64_t op, int peer, const void* src, size_t nbytes,

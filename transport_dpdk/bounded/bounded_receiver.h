@@ -23,6 +23,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
 #include "algorithms/bounded_channel.h"
 
 namespace optireduce {
@@ -34,7 +35,9 @@ struct BoundedReceiverCounters {
   uint64_t stale_packets = 0;         // op already closed, or its wait already returned
   uint64_t out_of_bounds_packets = 0; // offset/length outside the posted region
   uint64_t unknown_peer_packets = 0;  // op posted, but no region for this sender
-  uint64_t staging_overflow_packets = 0;
+  uint64_t staging_overflow_packets = 0;  // dropped (or evicted) for the staging limits
+  uint64_t staging_overflow_bytes = 0;    // their payload bytes
+  uint64_t failed_peer_packets = 0;       // from a peer reported failed (FailPeer)
   uint64_t duplicate_bytes = 0;
   uint64_t absent_answers = 0;  // senders that said they cannot serve a repair
 };
@@ -51,9 +54,14 @@ class BoundedReceiver {
     // far — a rank a whole operation (two phases) behind keeps all of it; with 64 MiB
     // buckets on 4 ranks one operation is 96 MiB, and a 64 MiB area dropped most of what a
     // lagging rank needed next — at most `max_staging_bytes`.
+    // Every staged packet is charged its payload plus kStagedPacketCost, so zero-length
+    // and tiny packets fill the area too; at most `max_staged_packets` packets of at
+    // most `max_staged_ops` operations are staged however small they are.
     size_t staging_bytes = 64 << 20;
     size_t staged_posts = 4;
     size_t max_staging_bytes = size_t{1} << 30;
+    size_t max_staged_packets = 1 << 18;
+    size_t max_staged_ops = 1024;
     // When staging is full, data staged longer ago than this is garbage (never posted here)
     // and makes room; younger data is what this rank posts next, so the newcomer is dropped.
     std::chrono::milliseconds staged_max_age{10000};
@@ -78,7 +86,21 @@ class BoundedReceiver {
   // comes), or `not_started` (it has not called this operation yet).
   void OnAbsent(uint64_t op, int src, bool not_started);
 
+  // `peer` is gone (the transport's liveness says so): waits for its data end at once
+  // and its regions report `status` (BoundedReceive::PeerStatus), in receives posted now
+  // and later; its payloads are dropped and counted.
+  void FailPeer(int peer, const absl::Status& status);
+
+  // Packets of `op` are staged: it is not posted here, but a peer sends it.
+  bool HasStaged(uint64_t op) const;
+
   BoundedReceiverCounters counters() const;
+  // Memory the staging area holds now, as charged against its limit (tests).
+  size_t staged_bytes() const;
+  size_t staged_packets() const;
+
+  // What one staged packet costs beyond its payload: its bookkeeping and the heap block.
+  static constexpr size_t kStagedPacketCost = 128;
 
  private:
   class Receive;
@@ -93,6 +115,7 @@ class BoundedReceiver {
     bool released = false;
     bool not_started = false;
     bool given_up = false;  // BoundedReceive::GiveUp: not waited for, not asked
+    absl::Status failure;   // FailPeer: the sender is gone
     BoundedClock::time_point absent_at{};
     // For the adaptive peer timeout: the first payload, and when the region was done
     // (complete, or its last packets in). Epoch (zero): not yet.
@@ -122,6 +145,8 @@ class BoundedReceiver {
   void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
                    bool last, bool estimated);
   void CloseLocked(uint64_t op);
+  // Drops every staged packet of `op` (counted as overflow).
+  void EvictStagedLocked(uint64_t op);
   // Staged payload buffers are recycled: a fast peer stages a whole phase (megabytes in
   // 32 KiB packets) almost every operation, and fresh heap memory for each costs the
   // progress thread a page fault per 4 KiB once the allocator has returned it.
@@ -134,12 +159,14 @@ class BoundedReceiver {
   absl::flat_hash_map<uint64_t, Posted*> posted_;
   absl::flat_hash_map<uint64_t, std::vector<Staged>> staged_;
   std::deque<std::pair<uint64_t, BoundedClock::time_point>> staged_order_;  // first packet
-  size_t staged_bytes_ = 0;
+  size_t staged_bytes_ = 0;    // payloads + kStagedPacketCost per packet
+  size_t staged_count_ = 0;    // packets staged
   size_t staging_limit_ = 0;  // options_.staging_bytes grown by the largest post (Options)
   std::vector<std::vector<char>> spare_buffers_;
   size_t spare_bytes_ = 0;  // capacity held in spare_buffers_, at most the staging limit
   absl::flat_hash_set<uint64_t> closed_;
   std::deque<uint64_t> closed_order_;
+  absl::flat_hash_map<int, absl::Status> failed_peers_;
   BoundedReceiverCounters counters_;
 };
 

@@ -8,7 +8,13 @@ namespace transport {
 IncastControl::IncastControl(int max_senders, int initial)
     : max_(std::max(1, max_senders)), senders_(std::clamp(initial, 1, max_)) {}
 
+int IncastControl::senders() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return senders_;
+}
+
 int IncastControl::OnOperation(double loss_fraction, bool late) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (loss_fraction > 0) {
     // Loss may also be the network's own (not incast): halving to one sender costs
     // little, TAR's staggered order already spreads the load.

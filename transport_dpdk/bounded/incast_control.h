@@ -8,7 +8,11 @@
 // limit falls back to one sender per receiver; where nothing is lost it rises to N-1. An
 // operation that lost nothing but ran late (a phase used most of its time although every
 // peer had started: queues, not drops) takes one sender off and restarts the clean run.
+// Thread-safe: a context's operations may run on several threads at once (ProcessGroupGloo
+// runs two allreduces concurrently on one context), each reporting its outcome.
 #pragma once
+
+#include <mutex>
 
 namespace optireduce {
 namespace transport {
@@ -20,13 +24,14 @@ class IncastControl {
 
   // The outcome of one operation on this rank; returns the new limit.
   int OnOperation(double loss_fraction, bool late = false);
-  int senders() const { return senders_; }
+  int senders() const;
 
   // Loss-free operations needed before one more concurrent sender.
   static constexpr int kCleanOpsToGrow = 16;
 
  private:
   const int max_;
+  mutable std::mutex mu_;
   int senders_;
   int clean_ops_ = 0;
 };

@@ -1,0 +1,76 @@
+// What the ranks of one Gloo context agree on about each allreduce without a message.
+//
+// Every rank calls the operations of a context in the same order per tag (Gloo's rule:
+// operations that may run at once use different tags), so state advanced only by those
+// calls is the same on every rank. The ledger of a context keeps that state:
+//   - per tag, how many operations ran with it: the operation's sequence number. With the
+//     tag it seeds the Hadamard signs and names the bounded operation, so consecutive
+//     operations get different signs whether a caller reuses one tag (the C++ API's
+//     default 0) or gives every call a new one (PyTorch's ProcessGroupGloo). The counters
+//     live in a fixed table of kTagSlots entries indexed by tag: a tag that meets another
+//     tag's entry replaces it and starts again at 0 — on every rank alike, since a tag's
+//     operations are ordered — so memory stays flat however many tags a job uses.
+//   - per operation size, how many operations of that size the context started: the first
+//     `calibration_ops` of each size calibrate (exact TAR), the later ones run bounded. A
+//     second context of the same process (another process group), or a rank restarted into
+//     a new job, starts from its own counts, as its peers do. At most kMaxSizes sizes are
+//     counted; operations of further sizes calibrate (run exact) always.
+// Ranks agree on the mode of an operation as long as they start the operations of one size
+// in the same order. Two operations of one size started at once from two threads
+// (ProcessGroupGloo's workers) while that size's calibration ends can be counted in
+// opposite orders on two ranks; the rank that calibrates then finds its peer's bounded
+// data for the operation and joins it (allreduce.cc, OpStats::joined_bounded).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace optireduce {
+
+class OperationLedger {
+ public:
+  struct Operation {
+    uint64_t sequence = 0;  // operations with this tag on this context before this one
+    uint64_t key = 0;       // (tag, sequence) in one word: seeds signs, names bounded ops
+    bool calibrate = false;
+  };
+
+  static constexpr size_t kTagSlots = 1024;
+  static constexpr size_t kMaxSizes = 256;
+
+  OperationLedger();
+
+  // The ledger of `context`, created at its first operation and dropped with the context
+  // (a context created later at the same address starts a new one).
+  static std::shared_ptr<OperationLedger> Of(const std::shared_ptr<gloo::Context>& context);
+  // Ledgers alive (tests: none may accumulate).
+  static size_t Live();
+
+  // Advances the ledger for one operation of `bytes` with `tag`; `calibration_ops` <= 0:
+  // an operation that never calibrates (reliable TAR), sizes are not counted.
+  Operation Next(uint32_t tag, size_t bytes, int calibration_ops);
+
+  // The key of the `sequence`-th operation with `tag`.
+  static uint64_t Key(uint32_t tag, uint64_t sequence);
+
+ private:
+  struct TagSlot {
+    uint32_t tag = 0;
+    bool used = false;
+    uint64_t next = 0;
+  };
+  std::mutex mu_;
+  std::vector<TagSlot> tags_;
+  absl::flat_hash_map<size_t, int> started_by_size_;  // capped at calibration_ops
+};
+
+}  // namespace optireduce
