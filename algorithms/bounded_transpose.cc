@@ -11,7 +11,7 @@
 #include <gloo/context.h>
 
 #include "absl/strings/str_cat.h"
-
+#include "algorithms/internal/splitmix64.h"
 #include "algorithms/transpose_plan.h"
 
 namespace optireduce {
@@ -28,13 +28,6 @@ double LossFraction(const PhaseStats& p) {
   return p.bytes_expected == 0
              ? 0.0
              : 1.0 - static_cast<double>(p.bytes_received) / p.bytes_expected;
-}
-
-uint64_t Mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
@@ -391,7 +384,8 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
 uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase) {
   // Phase ids of one operation are consecutive (op, op + 1); the mix keeps operations of
   // different tags and counters apart.
-  return (Mix((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1}) + (phase - 1);
+  return (internal::SplitMix64((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1}) +
+         (phase - 1);
 }
 
 void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks) {

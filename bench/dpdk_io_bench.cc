@@ -42,6 +42,7 @@
 #include <rte_ethdev.h>
 #include <rte_flow.h>
 
+#include "gloo_ext/devices.h"
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
 #include "transport_dpdk/packet_io_dpdk.h"
@@ -268,7 +269,14 @@ std::unique_ptr<PacketIo> Dpdk(const std::string& eal, const std::string& ns,
   // af_xdp's UMEM and BPF maps are locked memory: lift the (8 MiB) limit.
   rlimit unlimited{RLIM_INFINITY, RLIM_INFINITY};
   setrlimit(RLIMIT_MEMLOCK, &unlimited);
-  dpdk::attr a;
+  // The library's OPTIREDUCE_DPDK_* variables apply (the A/B switches
+  // OPTIREDUCE_DPDK_TX_COPY / _TX_BACKLOG, ports); the EAL arguments are ours.
+  auto from_env = optireduce::gloo_ext::DpdkAttrFromEnvironment();
+  if (!from_env.ok()) {
+    std::fprintf(stderr, "dpdk: %s\n", from_env.status().ToString().c_str());
+    return nullptr;
+  }
+  dpdk::attr a = *from_env;
   a.eal_args = eal + " " + dpdk::DefaultEalArgs();
   a.udp_checksum = udp_checksum;
   auto io = DpdkPacketIo::Create(a);

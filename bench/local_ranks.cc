@@ -20,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "gloo_ext/config.h"
+#include "gloo_ext/devices.h"
 
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>
@@ -59,6 +60,15 @@ std::string Ipv4OfInterface(const std::string& iface) {
   return found;
 }
 
+// The library's configuration from the environment as it is now (gloo_ext/config.h);
+// throws std::invalid_argument with its message (naming the variable) when one is bad.
+optireduce::gloo_ext::Config LibraryConfig() {
+  absl::StatusOr<optireduce::gloo_ext::Config> config =
+      optireduce::gloo_ext::ConfigFromEnvironment();
+  if (!config.ok()) throw std::invalid_argument(std::string(config.status().message()));
+  return *std::move(config);
+}
+
 }  // namespace
 
 std::string AvailableTransports() {
@@ -81,29 +91,23 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
   }
 #ifdef OPTIREDUCE_BENCH_HAVE_UDP
   if (spec.transport == "udp") {
-    optireduce::transport::udp::attr attr;
+    // The library's variables (OPTIREDUCE_UDP_OFFLOAD, OPTIREDUCE_FAULTS, ...) apply as in a
+    // PyTorch job, parsed by the library's own reader (its spellings and error messages),
+    // so that A/B runs need no rebuild; the address and port are the bench's.
+    optireduce::transport::udp::attr attr = optireduce::gloo_ext::UdpAttrOf(LibraryConfig());
     attr.hostname = !spec.iface.empty() ? Ipv4OfInterface(spec.iface)
                     : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
+    attr.port = 0;
     attr.engine.busy_poll = spec.busy_poll;
-    // The library's switch, honoured here too so that A/B runs need no rebuild.
-    // Parsed by the library's own config reader (only this variable), so the accepted
-    // spellings and the error message are the library's.
-    const absl::StatusOr<optireduce::gloo_ext::Config> config =
-        optireduce::gloo_ext::ParseConfig([](absl::string_view name) -> std::optional<std::string> {
-          if (name != "OPTIREDUCE_UDP_OFFLOAD") return std::nullopt;
-          const char* v = std::getenv("OPTIREDUCE_UDP_OFFLOAD");
-          if (v == nullptr) return std::nullopt;
-          return std::string(v);
-        });
-    if (!config.ok()) throw std::invalid_argument(std::string(config.status().message()));
-    attr.segmentation_offload = config->udp_offload;
     return optireduce::transport::udp::CreateDevice(attr);
   }
 #endif
 #ifdef OPTIREDUCE_BENCH_HAVE_DPDK
   if (spec.transport == "dpdk") {
-    optireduce::transport::dpdk::attr attr;
-    attr.eal_args = spec.eal_args;
+    // As for udp: the library's OPTIREDUCE_EAL_ARGS, _DPDK_PORTS, _DPDK_TX_COPY, ... apply;
+    // RunLocalRanks's memif mesh (spec.eal_args) replaces the EAL arguments.
+    optireduce::transport::dpdk::attr attr = optireduce::gloo_ext::DpdkAttrOf(LibraryConfig());
+    if (!spec.eal_args.empty()) attr.eal_args = spec.eal_args;
     attr.engine.busy_poll = spec.busy_poll;
     attr.udp_checksum = spec.udp_checksum;
     return optireduce::transport::dpdk::CreateDevice(attr);
@@ -126,16 +130,17 @@ void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int s
 #ifdef OPTIREDUCE_BENCH_HAVE_DPDK
   // One memif link per rank pair, sockets in `dir` (next to the FileStore's files). memif
   // is lossless (back-pressure) and needs neither root nor hugepages.
-  if (spec->transport != "dpdk" || std::getenv("OPTIREDUCE_EAL_ARGS") != nullptr) return;
+  if (spec->transport != "dpdk" || !LibraryConfig().eal_args.empty()) return;
   // 16370-byte frames (16 KiB buffers, see dpdk_device.h): 1.1-1.5x the bus bandwidth
   // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
   // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
   // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
   unsigned bsize = size <= 6 ? 16384 : 9216;
-  if (const char* env = std::getenv("OPTIREDUCE_BENCH_MEMIF_BSIZE")) {
-    if (!absl::SimpleAtoi(env, &bsize) || (bsize != 0 && (bsize < 1024 || bsize > 65535))) {
+  if (const std::optional<std::string> env =
+          optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_BENCH_MEMIF_BSIZE")) {
+    if (!absl::SimpleAtoi(*env, &bsize) || (bsize != 0 && (bsize < 1024 || bsize > 65535))) {
       throw std::invalid_argument(absl::StrCat(
-          "OPTIREDUCE_BENCH_MEMIF_BSIZE='", env,
+          "OPTIREDUCE_BENCH_MEMIF_BSIZE='", *env,
           "' is not valid; allowed values: 0 (memif's 2048-byte buffers) or 1024..65535"));
     }
   }
@@ -217,7 +222,7 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
 #ifdef OPTIREDUCE_BENCH_HAVE_UDP
     // OPTIREDUCE_BENCH_STATS=1: each rank prints its engine's counters (datagram
     // transports) to stderr, for finding where a slow run loses its time.
-    if (std::getenv("OPTIREDUCE_BENCH_STATS") != nullptr) {
+    if (optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_BENCH_STATS").has_value()) {
       if (auto* d = dynamic_cast<optireduce::transport::Device*>(device.get())) {
         std::fprintf(stderr, "rank %d %s: %s\n", rank, d->str().c_str(),
                      d->stats().ToString().c_str());

@@ -10,16 +10,14 @@
 #include <string>
 
 #include "algorithms/op_stats.h"
+#include "gloo_ext/config.h"
 #include "bench/harness/options.h"
 #include "bench/harness/runner.h"
 
 int main(int argc, char** argv) {
   using namespace optireduce::bench;
   // OptiReduce mode's OPTIREDUCE_* variables apply as in a PyTorch job (flags override).
-  auto options = ParseBenchOptions(argc, argv, [](absl::string_view name) {
-    const char* v = std::getenv(std::string(name).c_str());
-    return v == nullptr ? std::nullopt : std::optional<std::string>(v);
-  });
+  auto options = ParseBenchOptions(argc, argv, optireduce::gloo_ext::ReadEnvironment);
   if (!options.ok()) {
     if (absl::IsNotFound(options.status())) {
       std::fputs(BenchUsage(argv[0]).c_str(), stdout);
@@ -30,8 +28,9 @@ int main(int argc, char** argv) {
     return 2;
   }
   // As in PyTorch jobs: OPTIREDUCE_STATS_FILE logs every OptiReduce-mode operation.
-  if (const char* path = std::getenv("OPTIREDUCE_STATS_FILE"); path != nullptr) {
-    optireduce::StatsRegistry::Get().SetLogPath(path);
+  if (const std::optional<std::string> path =
+          optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_STATS_FILE")) {
+    optireduce::StatsRegistry::Get().SetLogPath(*path);
   }
   if (options->local_ranks > 0) return RunBenchLocal(*options);
   return RunBenchRank(*options);

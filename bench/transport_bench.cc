@@ -28,6 +28,7 @@
 #include <thread>
 #include <vector>
 
+#include "gloo_ext/devices.h"
 #include "transport_dpdk/device.h"
 
 namespace {
@@ -58,7 +59,14 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& t,
     return gloo::transport::tcp::CreateDevice(a);
   }
   optireduce::transport::udp::attr a;
-  a.engine.faults = faults;
+  // The library's engine variables (OPTIREDUCE_FAULTS, ...) apply; --faults overrides.
+  auto engine = optireduce::gloo_ext::EngineOptionsFromEnvironment();
+  if (!engine.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
+    std::exit(2);
+  }
+  a.engine = *engine;
+  if (!faults.empty()) a.engine.faults = faults;
   if (const char* v = getenv("BENCH_SPIN_US")) a.engine.spin = std::chrono::microseconds(atoi(v));
   if (const char* v = getenv("BENCH_DATAGRAM")) a.max_datagram = atoi(v);
   return optireduce::transport::udp::CreateDevice(a);

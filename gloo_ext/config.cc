@@ -75,10 +75,9 @@ const std::vector<VariableDoc>& Table() {
        "DPDK device: EAL --file-prefix"},
       {"OPTIREDUCE_DPDK_TX_COPY", "", "0/off/false/no | 1/on/true/yes",
        "DPDK device, A/B switch: copy every frame body instead of zero-copy bodies on memif "
-       "(default 0; read by the transport)"},
+       "(default 0)"},
       {"OPTIREDUCE_DPDK_TX_BACKLOG", "", "integer 32..2048",
-       "DPDK device, A/B switch: frames of the per-port software TX backlog (default 2048; "
-       "read by the transport)"},
+       "DPDK device, A/B switch: frames of the per-port software TX backlog (default 2048)"},
       {"OPTIREDUCE_FAULTS", "", "drop=P,dup=P,reorder=P,corrupt=P,delay_us=N,seed=N",
        "datagram devices: injected faults on receive (tests, lab)"},
       {"OPTIREDUCE_SESSION_TOKEN", "", "unsigned 64-bit integer",
@@ -95,6 +94,17 @@ const std::vector<VariableDoc>& Table() {
   };
   return *table;
 }
+
+// OPTIREDUCE_* names other modules own (not parsed here, known to UnknownOptiReduceNames).
+struct OtherModuleNames {
+  const char* name;  // a prefix when it ends in '_'
+  const char* owner;
+};
+constexpr OtherModuleNames kOtherModuleNames[] = {
+    {"OPTIREDUCE_TEST_", "tests/: test switches"},
+    {"OPTIREDUCE_BENCH_", "bench/ programs' switches (bench/README.md)"},
+    {"OPTIREDUCE_BUILD_DIR", "scripts/: build directory"},
+};
 
 // Names of the original OptiReduce project that have no equivalent here.
 constexpr const char* kIgnoredOriginalNames[] = {
@@ -156,8 +166,10 @@ class Reader {
     return absl::OkStatus();
   }
 
+  // An integer in [min, max]; `allowed` describes it in the error (default
+  // "an integer in [min, max]").
   absl::Status Uint(absl::string_view name, absl::string_view alias, uint64_t min,
-                    uint64_t max, uint64_t* out) {
+                    uint64_t max, uint64_t* out, absl::string_view allowed = "") {
     auto got = Get(name, alias);
     if (!got.ok()) return got.status();
     if (!*got) return absl::OkStatus();
@@ -166,7 +178,9 @@ class Reader {
     const absl::string_view digits = absl::StripAsciiWhitespace(text);
     if (digits.empty() || digits[0] == '-' || digits[0] == '+' ||
         !absl::SimpleAtoi(digits, &v) || v < min || v > max) {
-      return Invalid(used, text, absl::StrCat("an integer in [", min, ", ", max, "]"));
+      return Invalid(used, text,
+                     allowed.empty() ? absl::StrCat("an integer in [", min, ", ", max, "]")
+                                     : std::string(allowed));
     }
     *out = v;
     return absl::OkStatus();
@@ -341,7 +355,11 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   c.dpdk_udp_port = static_cast<uint16_t>(v);
   if (auto s = r.Bool("OPTIREDUCE_DPDK_TX_COPY", &c.dpdk_tx_copy); !s.ok()) return s;
   v = c.dpdk_tx_backlog;
-  if (auto s = r.Uint("OPTIREDUCE_DPDK_TX_BACKLOG", "", 32, 2048, &v); !s.ok()) return s;
+  if (auto s = r.Uint("OPTIREDUCE_DPDK_TX_BACKLOG", "", 32, 2048, &v,
+                      "an integer 32..2048 (frames; [32, 2048])");
+      !s.ok()) {
+    return s;
+  }
   c.dpdk_tx_backlog = static_cast<uint32_t>(v);
   v = c.dpdk_mtu;
   if (auto s = r.Uint("OPTIREDUCE_DPDK_MTU", "", 0, 9000, &v); !s.ok()) return s;
@@ -394,11 +412,11 @@ std::vector<std::string> UnknownOptiReduceNames(const std::vector<std::string>& 
   std::vector<std::string> unknown;
   for (const std::string& name : names) {
     if (!absl::StartsWith(name, "OPTIREDUCE_")) continue;
-    if (absl::StartsWith(name, "OPTIREDUCE_TEST_") ||
-        absl::StartsWith(name, "OPTIREDUCE_TRACE_") || name == "OPTIREDUCE_BUILD_DIR") {
-      continue;
-    }
     bool known = false;
+    for (const OtherModuleNames& other : kOtherModuleNames) {
+      const absl::string_view owned = other.name;
+      known = known || (absl::EndsWith(owned, "_") ? absl::StartsWith(name, owned) : name == owned);
+    }
     for (const VariableDoc& doc : Table()) known = known || name == doc.name;
     if (!known) unknown.push_back(name);
   }
@@ -407,14 +425,17 @@ std::vector<std::string> UnknownOptiReduceNames(const std::vector<std::string>& 
 
 const std::vector<VariableDoc>& DocumentedVariables() { return Table(); }
 
+std::optional<std::string> ReadEnvironment(absl::string_view name) {
+  const char* v = std::getenv(std::string(name).c_str());
+  if (v == nullptr) return std::nullopt;
+  return std::string(v);
+}
+
+absl::StatusOr<Config> ConfigFromEnvironment() { return ParseConfig(ReadEnvironment); }
+
 const absl::StatusOr<Config>& GetConfig() {
   static const absl::StatusOr<Config>* config = [] {
-    auto* parsed = new absl::StatusOr<Config>(
-        ParseConfig([](absl::string_view name) -> std::optional<std::string> {
-          const char* v = std::getenv(std::string(name).c_str());
-          if (v == nullptr) return std::nullopt;
-          return std::string(v);
-        }));
+    auto* parsed = new absl::StatusOr<Config>(ConfigFromEnvironment());
     const std::vector<std::string> names = EnvironmentNames();
     const std::vector<std::string> unknown = UnknownOptiReduceNames(names);
     if (!unknown.empty()) {
@@ -424,7 +445,7 @@ const absl::StatusOr<Config>& GetConfig() {
                    absl::StrJoin(unknown, ", ").c_str());
     }
     for (const char* ignored : kIgnoredOriginalNames) {
-      if (std::getenv(ignored) != nullptr) {
+      if (ReadEnvironment(ignored).has_value()) {
         std::fprintf(stderr,
                      "optireduce: warning: %s (original OptiReduce) has no meaning here and "
                      "is ignored (see gloo_ext/README.md)\n",

@@ -5,10 +5,23 @@
 // validated here, so that a typo fails at first use with a message naming the variable,
 // its value and what is allowed, instead of silently running something else.
 //
-// Two entry points:
-//   ParseConfig(lookup)   pure: parses the variables `lookup` returns (unit-testable);
-//   GetConfig()           the process's configuration, parsed from the real environment
-//                         once, at first use; the same result (or error) every call.
+// It is also the only code that reads the process environment (ReadEnvironment): the
+// layers below take plain structs — the transport its attrs (transport_dpdk/attr.h,
+// dpdk_attr.h), rendezvous its RedisOptions — which gloo_ext/devices.h and
+// gloo_ext/redis_options.h fill from a Config. The parser lives here, at the top of the
+// layering (gloo_ext -> algorithms -> transport_dpdk), rather than below the transport:
+// it names every variable of every layer in one table, validates with the lower layers'
+// own parsers (fault specs, Redis URLs), and the lower layers stay free of the environment
+// and of any upward dependency. tests/gloo_ext/check_config_reads.py fails the build's
+// tests when a variable is read anywhere else.
+//
+// Entry points:
+//   ParseConfig(lookup)      pure: parses the variables `lookup` returns (unit-testable);
+//   ConfigFromEnvironment()  parses the process environment as it is now, every call (for
+//                            C++ programs that make devices themselves: devices.h's
+//                            *FromEnvironment() helpers);
+//   GetConfig()              the process's configuration, parsed from the real environment
+//                            once, at first use; the same result (or error) every call.
 #pragma once
 
 #include <chrono>
@@ -74,7 +87,7 @@ struct Config {
   uint16_t dpdk_udp_port = 0;           // UDP port in our frames (0 = 17000 + device no.)
   uint32_t dpdk_mtu = 0;                // IP MTU (0 = the port's, capped at 9000)
   std::string dpdk_file_prefix;         // EAL --file-prefix ("" = as given in eal_args)
-  // A/B switches the DPDK transport reads from the environment itself (validated here).
+  // A/B switches (dpdk::attr::tx_copy_bodies, tx_backlog).
   bool dpdk_tx_copy = false;            // copy frame bodies (no zero-copy on memif)
   uint32_t dpdk_tx_backlog = 2048;      // per-port software TX backlog, frames
 
@@ -83,7 +96,7 @@ struct Config {
   uint64_t session_token = 0;   // 0 = agreed per job at connect time
   uint32_t peer_dead_ms = 1000;  // peer liveness bound (EngineOptions::peer_dead)
 
-  // Redis rendezvous (used by rendezvous::RedisOptionsFromEnv and optireduce.RedisStore).
+  // Redis rendezvous (gloo_ext/redis_options.h; optireduce.RedisStore reads the same names).
   std::string redis_url;  // validated here when set; the password is never printed
   std::string run_id;
 
@@ -101,8 +114,8 @@ using EnvLookup = std::function<std::optional<std::string>(absl::string_view nam
 absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup);
 
 // OPTIREDUCE_* names present in `names` that this module does not know. Names starting
-// with OPTIREDUCE_TEST_ or OPTIREDUCE_TRACE_ (test/debug switches of other modules) and the
-// build scripts' OPTIREDUCE_BUILD_DIR are known.
+// with OPTIREDUCE_TEST_ (tests' switches) or OPTIREDUCE_BENCH_ (bench programs' switches,
+// bench/README.md) and the build scripts' OPTIREDUCE_BUILD_DIR are known.
 std::vector<std::string> UnknownOptiReduceNames(const std::vector<std::string>& names);
 
 // The environment variables this module reads, with their aliases and meaning (for
@@ -114,6 +127,13 @@ struct VariableDoc {
   const char* meaning;
 };
 const std::vector<VariableDoc>& DocumentedVariables();
+
+// The process environment as an EnvLookup: the value of `name` now, or nullopt when unset.
+// The one place in optireduce's libraries and programs that reads the environment.
+std::optional<std::string> ReadEnvironment(absl::string_view name);
+
+// ParseConfig(ReadEnvironment): the environment as it is now, parsed on every call.
+absl::StatusOr<Config> ConfigFromEnvironment();
 
 // The process's configuration from the real environment, parsed once (thread-safe).
 // Prints one warning to stderr, once per process, for unknown OPTIREDUCE_* variables.

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -63,6 +64,8 @@ std::shared_ptr<::gloo::transport::Device> Remember(std::shared_ptr<transport::D
   return d;
 }
 
+}  // namespace
+
 transport::EngineOptions EngineOptionsOf(const Config& config) {
   transport::EngineOptions engine;
   engine.session_token = config.session_token;
@@ -71,7 +74,69 @@ transport::EngineOptions EngineOptionsOf(const Config& config) {
   return engine;
 }
 
+transport::udp::attr UdpAttrOf(const Config& config) {
+  transport::udp::attr attr;
+  if (!config.udp_host.empty()) attr.hostname = config.udp_host;
+  attr.port = config.udp_port_base;
+  attr.max_datagram = config.udp_max_datagram;
+  attr.segmentation_offload = config.udp_offload;
+  attr.socket_buffer_bytes = config.socket_buffer_bytes;
+  attr.engine = EngineOptionsOf(config);
+  return attr;
+}
+
+transport::loop::attr LoopAttrOf(const Config& config) {
+  transport::loop::attr attr;
+  attr.engine = EngineOptionsOf(config);
+  return attr;
+}
+
+transport::dpdk::attr DpdkAttrOf(const Config& config) {
+  // The interface/hostname torch passes do not apply: DPDK owns its ports.
+  transport::dpdk::attr attr;
+  attr.eal_args = config.eal_args;
+  if (!config.dpdk_file_prefix.empty()) {
+#if OPTIREDUCE_HAVE_DPDK_DEVICE
+    // Appending to nothing would replace the backend's defaults with just the prefix.
+    if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
+#endif
+    attr.eal_args += (attr.eal_args.empty() ? "" : " ");
+    attr.eal_args += "--file-prefix=" + config.dpdk_file_prefix;
+  }
+  attr.ports = config.dpdk_ports;
+  attr.ipv4 = config.dpdk_ipv4;
+  attr.udp_port = config.dpdk_udp_port;
+  attr.mtu = config.dpdk_mtu;
+  attr.tx_copy_bodies = config.dpdk_tx_copy;
+  attr.tx_backlog = config.dpdk_tx_backlog;
+  attr.engine = EngineOptionsOf(config);
+  return attr;
+}
+
+namespace {
+
+// F(config) for the environment as it is now.
+template <typename F>
+auto FromEnvironment(F f) -> absl::StatusOr<decltype(f(std::declval<const Config&>()))> {
+  absl::StatusOr<Config> config = ConfigFromEnvironment();
+  if (!config.ok()) return config.status();
+  return f(*config);
+}
+
 }  // namespace
+
+absl::StatusOr<transport::EngineOptions> EngineOptionsFromEnvironment() {
+  return FromEnvironment(EngineOptionsOf);
+}
+absl::StatusOr<transport::udp::attr> UdpAttrFromEnvironment() {
+  return FromEnvironment(UdpAttrOf);
+}
+absl::StatusOr<transport::loop::attr> LoopAttrFromEnvironment() {
+  return FromEnvironment(LoopAttrOf);
+}
+absl::StatusOr<transport::dpdk::attr> DpdkAttrFromEnvironment() {
+  return FromEnvironment(DpdkAttrOf);
+}
 
 absl::StatusOr<std::string> BindHost(const Config& config, const std::string& interface,
                                      const std::string& hostname) {
@@ -85,12 +150,8 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
     const Config& config, const std::string& interface, const std::string& hostname) {
   absl::StatusOr<std::string> host = BindHost(config, interface, hostname);
   if (!host.ok()) return host.status();
-  transport::udp::attr attr;
+  transport::udp::attr attr = UdpAttrOf(config);
   attr.hostname = *host;
-  attr.max_datagram = config.udp_max_datagram;
-  attr.segmentation_offload = config.udp_offload;
-  attr.socket_buffer_bytes = config.socket_buffer_bytes;
-  attr.engine = EngineOptionsOf(config);
   if (config.udp_port_base == 0) {
     attr.port = 0;
     auto device = transport::udp::CreateDeviceOrError(attr);
@@ -123,29 +184,8 @@ bool HaveDpdkDevice() {
 #if OPTIREDUCE_HAVE_DPDK_DEVICE
 namespace {
 
-// The dpdk backend's attr for `config`.
-transport::dpdk::attr DpdkAttrOf(const Config& config) {
-  // The dpdk backend's attr (transport_dpdk/dpdk_attr.h). Empty eal_args/ports make the
-  // backend read OPTIREDUCE_EAL_ARGS / OPTIREDUCE_DPDK_PORTS itself, which config.cc has
-  // validated; we pass them explicitly so aliases (GLOO_DPDK_EAL_ARGS) work too. The
-  // interface/hostname torch passes do not apply: DPDK owns its ports.
-  transport::dpdk::attr attr;
-  attr.eal_args = config.eal_args;
-  if (!config.dpdk_file_prefix.empty()) {
-    // Appending to nothing would replace the backend's defaults with just the prefix.
-    if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
-    attr.eal_args += " --file-prefix=" + config.dpdk_file_prefix;
-  }
-  attr.ports = config.dpdk_ports;
-  attr.ipv4 = config.dpdk_ipv4;
-  attr.udp_port = config.dpdk_udp_port;
-  attr.mtu = config.dpdk_mtu;
-  attr.engine = EngineOptionsOf(config);
-  return attr;
-}
-
 // "" when a device made from `have` serves a caller asking for `want`; else which setting
-// differs, with both values. EAL args are compared resolved (empty = the environment's).
+// differs, with both values. EAL args are compared resolved (empty = the defaults).
 std::string DpdkAttrDifference(const transport::dpdk::attr& have,
                                const transport::dpdk::attr& want) {
   auto differ = [](const char* name, const std::string& a, const std::string& b) {
@@ -167,6 +207,14 @@ std::string DpdkAttrDifference(const transport::dpdk::attr& have,
   }
   if (have.mtu != want.mtu) {
     return differ("OPTIREDUCE_DPDK_MTU", absl::StrCat(have.mtu), absl::StrCat(want.mtu));
+  }
+  if (have.tx_copy_bodies != want.tx_copy_bodies) {
+    return differ("OPTIREDUCE_DPDK_TX_COPY", absl::StrCat(have.tx_copy_bodies),
+                  absl::StrCat(want.tx_copy_bodies));
+  }
+  if (have.tx_backlog != want.tx_backlog) {
+    return differ("OPTIREDUCE_DPDK_TX_BACKLOG", absl::StrCat(have.tx_backlog),
+                  absl::StrCat(want.tx_backlog));
   }
   if (have.engine.faults != want.engine.faults) {
     return differ("OPTIREDUCE_FAULTS", have.engine.faults, want.engine.faults);

@@ -1,6 +1,15 @@
 // Gloo devices of optireduce's datagram transport, configured from the environment
 // (gloo_ext/config.h). Used by the c10d registration (GLOO_DEVICE_TRANSPORT=UDP|DPDK) and
 // by C++ programs that want the same settings as PyTorch users.
+//
+// The transport reads no environment variable: it takes its attr structs. The *Of(config)
+// functions below fill them from a Config the way the PyTorch devices do; the
+// *FromEnvironment() ones do that for the environment as it is now
+// (ConfigFromEnvironment(), every variable validated). A C++ program that wants the
+// environment's settings writes, e.g.
+//   auto attr = optireduce::gloo_ext::DpdkAttrFromEnvironment();     // StatusOr
+//   if (attr.ok()) device = optireduce::transport::dpdk::CreateDevice(*attr);
+// and then overrides what it sets itself.
 #pragma once
 
 #include <memory>
@@ -10,9 +19,28 @@
 
 #include "absl/status/statusor.h"
 #include "gloo_ext/config.h"
+#include "transport_dpdk/attr.h"
+#include "transport_dpdk/dpdk_attr.h"
 
 namespace optireduce {
 namespace gloo_ext {
+
+// OPTIREDUCE_FAULTS, OPTIREDUCE_SESSION_TOKEN; the other fields keep their defaults.
+transport::EngineOptions EngineOptionsOf(const Config& config);
+// hostname = OPTIREDUCE_UDP_HOST (else the attr's default), port =
+// OPTIREDUCE_UDP_PORT_BASE (CreateUdpDevice below also tries the rest of the range),
+// OPTIREDUCE_UDP_MAX_DATAGRAM, OPTIREDUCE_UDP_OFFLOAD, OPTIREDUCE_SOCKET_BUFFER_BYTES.
+transport::udp::attr UdpAttrOf(const Config& config);
+transport::loop::attr LoopAttrOf(const Config& config);
+// OPTIREDUCE_EAL_ARGS (+ OPTIREDUCE_DPDK_FILE_PREFIX), OPTIREDUCE_DPDK_PORTS, _IPV4,
+// _UDP_PORT, _MTU, _TX_COPY, _TX_BACKLOG.
+transport::dpdk::attr DpdkAttrOf(const Config& config);
+
+// The same from ConfigFromEnvironment(); its error names the bad variable.
+absl::StatusOr<transport::EngineOptions> EngineOptionsFromEnvironment();
+absl::StatusOr<transport::udp::attr> UdpAttrFromEnvironment();
+absl::StatusOr<transport::loop::attr> LoopAttrFromEnvironment();
+absl::StatusOr<transport::dpdk::attr> DpdkAttrFromEnvironment();
 
 // Which address the device binds: OPTIREDUCE_UDP_HOST if set, else the IPv4 address of
 // `interface` if given (as GLOO_SOCKET_IFNAME passes it), else `hostname`, else 127.0.0.1.

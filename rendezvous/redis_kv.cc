@@ -103,20 +103,6 @@ absl::Status ValidateOptions(const RedisOptions& o) {
 
 }  // namespace
 
-absl::StatusOr<RedisOptions> RedisOptionsFromEnv(absl::string_view job_id, int world_size) {
-  RedisOptions o;
-  const char* url = std::getenv("OPTIREDUCE_REDIS_URL");
-  if (url == nullptr || *url == '\0') {
-    return absl::InvalidArgumentError(
-        "OPTIREDUCE_REDIS_URL is not set (expected redis://[user:password@]host:port[/db])");
-  }
-  o.url = url;
-  if (const char* run = std::getenv("OPTIREDUCE_RUN_ID")) o.run_id = run;
-  o.job_id = std::string(job_id);
-  o.world_size = world_size;
-  return o;
-}
-
 RedisKv::RedisKv(const RedisOptions& options, std::unique_ptr<RedisClient> client)
     : options_(options), client_(std::move(client)) {
   job_prefix_ = absl::StrCat("optireduce/", options_.job_id, "/");

@@ -65,10 +65,6 @@ struct RedisOptions {
   std::chrono::seconds key_ttl{3600};
 };
 
-// Fills url from OPTIREDUCE_REDIS_URL (required; the error names the variable) and
-// run_id from OPTIREDUCE_RUN_ID (optional); the rest are the defaults above.
-absl::StatusOr<RedisOptions> RedisOptionsFromEnv(absl::string_view job_id, int world_size);
-
 class RedisKv {
  public:
   // Parses the URL, connects, authenticates and joins the run (see above).

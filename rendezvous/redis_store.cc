@@ -21,13 +21,6 @@ absl::StatusOr<std::shared_ptr<RedisStore>> RedisStore::Connect(const RedisOptio
   return std::shared_ptr<RedisStore>(new RedisStore(*std::move(kv)));
 }
 
-absl::StatusOr<std::shared_ptr<RedisStore>> RedisStore::ConnectFromEnv(absl::string_view job_id,
-                                                                      int world_size) {
-  auto options = RedisOptionsFromEnv(job_id, world_size);
-  if (!options.ok()) return options.status();
-  return Connect(*options);
-}
-
 RedisStore::~RedisStore() = default;  // ~RedisKv finishes
 
 void RedisStore::set(const std::string& key, const std::vector<char>& data) {

@@ -31,9 +31,6 @@ class RedisStore : public ::gloo::rendezvous::Store {
   // InvalidArgumentError for bad options or URL (naming the part), UnavailableError when
   // Redis cannot be reached within connect_timeout, PermissionDeniedError for bad AUTH.
   static absl::StatusOr<std::shared_ptr<RedisStore>> Connect(const RedisOptions& options);
-  // Connect(RedisOptionsFromEnv(job_id, world_size)): URL from OPTIREDUCE_REDIS_URL.
-  static absl::StatusOr<std::shared_ptr<RedisStore>> ConnectFromEnv(absl::string_view job_id,
-                                                                    int world_size);
 
   // Finishes (best effort) if Finish() was not called.
   ~RedisStore() override;

@@ -14,7 +14,7 @@ struct EngineOptions {
   // Per-job token carried by every packet. 0: each context draws a random
   // one and the job adopts rank 0's (it travels in the Gloo Address).
   uint64_t session_token = 0;
-  // Fault injection spec (see fault_injector.h); empty: env OPTIREDUCE_FAULTS.
+  // Fault injection spec (see fault_injector.h); empty: none.
   std::string faults;
   // Messages up to this size are sent eagerly (without a grant) while the
   // peer's eager budget lasts; larger ones use rendezvous.

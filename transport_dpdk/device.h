@@ -40,7 +40,7 @@ class Device : public ::gloo::transport::Device,
 };
 
 // Builds the device over a ready PacketIo (used by every backend's
-// CreateDevice; fault injection per options.faults / OPTIREDUCE_FAULTS).
+// CreateDevice; fault injection per options.faults).
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
     std::unique_ptr<PacketIo> io, const EngineOptions& options,
     size_t rx_buffer_bytes);

@@ -1,4 +1,6 @@
-// dpdk_attr.h — configuration of the DPDK packet I/O backend's device.
+// dpdk_attr.h — configuration of the DPDK packet I/O backend's device. The backend reads
+// nothing else (no environment variable): gloo_ext/devices.h fills an attr from the
+// environment (DpdkAttrOf, DpdkAttrFromEnvironment).
 #pragma once
 
 #include <cstdint>
@@ -12,14 +14,12 @@ namespace transport {
 namespace dpdk {
 
 struct attr {
-  // EAL arguments, whitespace separated (no program name). Empty: env
-  // OPTIREDUCE_EAL_ARGS, else DefaultEalArgs() (see dpdk_eal.h). EAL is
-  // initialised once per process; later devices must ask for the same args
-  // (or leave them empty).
+  // EAL arguments, whitespace separated (no program name). Empty:
+  // DefaultEalArgs() (see dpdk_eal.h). EAL is initialised once per process;
+  // later devices must ask for the same args (or leave them empty).
   std::string eal_args;
   // Ethdev ports this device owns, by name ("net_memif0") or index ("0").
-  // Empty: env OPTIREDUCE_DPDK_PORTS (comma separated), else every port the
-  // EAL probed. Several ports form a point-to-point mesh (one port per peer
+  // Empty: every port the EAL probed. Several ports form a point-to-point mesh (one port per peer
   // link, e.g. memif): frames are routed by the peer's MAC, learned from
   // received frames and link hellos, flooded while unknown.
   std::vector<std::string> ports;
@@ -43,6 +43,12 @@ struct attr {
   // otherwise); false sends checksum 0 (allowed by IPv4). Received UDP
   // checksums are verified whenever they are non-zero.
   bool udp_checksum = true;
+  // A/B switches of the TX path. tx_copy_bodies: copy every frame body into
+  // the frame's mbuf, also on memif ports, where bodies are otherwise attached
+  // zero-copy. tx_backlog: frames of each port's software TX backlog, 32..2048
+  // (what a full NIC ring leaves over waits there).
+  bool tx_copy_bodies = false;
+  uint32_t tx_backlog = 2048;
   EngineOptions engine;
 };
 

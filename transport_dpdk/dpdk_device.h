@@ -2,7 +2,8 @@
 //
 //   auto dev = optireduce::transport::dpdk::CreateDevice(attr);
 //
-// EAL arguments come from attr.eal_args or OPTIREDUCE_EAL_ARGS. Multi-process
+// EAL arguments come from attr.eal_args (gloo_ext::DpdkAttrFromEnvironment()
+// takes them from OPTIREDUCE_EAL_ARGS). Multi-process
 // over memif: give each rank one memif vdev per peer link, e.g. 2 ranks:
 //   rank 0: --vdev=net_memif0,role=server,id=0,socket=/tmp/j/01.sock,socket-abstract=no
 //   rank 1: --vdev=net_memif0,role=client,id=0,socket=/tmp/j/01.sock,socket-abstract=no

@@ -3,7 +3,6 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include <cstdlib>
 #include <mutex>
 
 #include <rte_eal.h>
@@ -51,11 +50,7 @@ std::string DefaultEalArgs() {
 }
 
 std::string ResolveEalArgs(const std::string& attr_args) {
-  if (!attr_args.empty()) return attr_args;
-  if (const char* env = std::getenv("OPTIREDUCE_EAL_ARGS")) {
-    if (*env) return env;
-  }
-  return DefaultEalArgs();
+  return attr_args.empty() ? DefaultEalArgs() : attr_args;
 }
 
 std::vector<std::string> EalArgv(const std::string& args) {

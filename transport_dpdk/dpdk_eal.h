@@ -19,7 +19,7 @@ namespace dpdk {
 // works without hugepages and with several processes at once.
 std::string DefaultEalArgs();
 
-// attr_args if non-empty, else env OPTIREDUCE_EAL_ARGS, else defaults.
+// attr_args if non-empty, else DefaultEalArgs().
 std::string ResolveEalArgs(const std::string& attr_args);
 
 // The argv handed to rte_eal_init for `args`: a program name, the args, and

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,7 +20,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 
 namespace optireduce {
 namespace transport {
@@ -70,35 +70,54 @@ std::string Reason(int ret) {
   return rte_strerror(ret < 0 ? -ret : ret);
 }
 
+// The devargs of a net_memif port that we use, with the PMD's defaults.
+struct MemifDevargs {
+  bool client = false;                  // role=client (or slave)
+  std::string socket = "/run/memif.sock";
+  std::string id = "0";
+  bool abstract = true;                 // socket-abstract=no: a file
+  uint32_t buffer_size = 0;             // bsize=N; 0 when absent
+};
+
+// The one parser of memif devargs; nullopt when the port is not a memif.
+std::optional<MemifDevargs> MemifDevargsOf(const rte_eth_dev_info& info) {
+  if (!info.driver_name || std::string(info.driver_name) != "net_memif" ||
+      !info.device) {
+    return std::nullopt;
+  }
+  MemifDevargs m;
+  const rte_devargs* da = rte_dev_devargs(info.device);
+  if (da == nullptr || da->args == nullptr) return m;
+  for (absl::string_view kv : absl::StrSplit(da->args, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.first == "role") m.client = p.second == "client" || p.second == "slave";
+    if (p.first == "socket") m.socket = p.second;
+    if (p.first == "id") m.id = p.second;
+    if (p.first == "socket-abstract") m.abstract = p.second != "no";
+    uint32_t bsize = 0;
+    if (p.first == "bsize" && m.buffer_size == 0 && absl::SimpleAtoi(p.second, &bsize)) {
+      m.buffer_size = bsize;
+    }
+  }
+  return m;
+}
+
 // memif needs an ordering the PMD does not enforce: a client must not start
 // (connect) before its server's queues exist, or the server's control thread
 // dereferences unset queues (crash) or refuses the rings. The server
 // publishes a marker file once started; the client waits for it.
-MemifLink MemifLinkOf(uint16_t port_id, const rte_eth_dev_info& info) {
+MemifLink MemifLinkOf(const rte_eth_dev_info& info) {
   MemifLink m;
-  if (!info.driver_name || std::string(info.driver_name) != "net_memif" ||
-      !info.device) {
-    return m;
-  }
-  const rte_devargs* da = rte_dev_devargs(info.device);
-  std::string socket = "/run/memif.sock", id = "0";
-  bool abstract = true;
+  const std::optional<MemifDevargs> args = MemifDevargsOf(info);
+  if (!args) return m;
   m.is_memif = true;
-  if (da && da->args) {
-    for (absl::string_view kv : absl::StrSplit(da->args, ',', absl::SkipEmpty())) {
-      std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-      if (p.first == "role") m.client = p.second == "client" || p.second == "slave";
-      if (p.first == "socket") socket = p.second;
-      if (p.first == "id") id = p.second;
-      if (p.first == "socket-abstract") abstract = p.second != "no";
-    }
-  }
-  if (abstract) {
-    std::string flat = socket;
+  m.client = args->client;
+  if (args->abstract) {
+    std::string flat = args->socket;
     for (char& c : flat) if (c == '/') c = '_';
-    m.marker = absl::StrCat("/tmp/optireduce_memif", flat, ".", id, ".ready");
+    m.marker = absl::StrCat("/tmp/optireduce_memif", flat, ".", args->id, ".ready");
   } else {
-    m.marker = absl::StrCat(socket, ".", id, ".ready");
+    m.marker = absl::StrCat(args->socket, ".", args->id, ".ready");
   }
   return m;
 }
@@ -133,19 +152,9 @@ absl::StatusOr<uint16_t> FindPort(const std::string& spec) {
 
 uint32_t OpenPort::MemifBufferSize(uint16_t port_id) {
   rte_eth_dev_info info{};
-  if (rte_eth_dev_info_get(port_id, &info) != 0 || info.driver_name == nullptr ||
-      std::string(info.driver_name) != "net_memif" || info.device == nullptr) {
-    return 0;
-  }
-  const rte_devargs* da = rte_dev_devargs(info.device);
-  if (da == nullptr || da->args == nullptr) return 0;
-  for (absl::string_view kv : absl::StrSplit(da->args, ',')) {
-    if (absl::ConsumePrefix(&kv, "bsize=")) {
-      uint32_t v = 0;
-      if (absl::SimpleAtoi(kv, &v)) return v;
-    }
-  }
-  return 0;
+  if (rte_eth_dev_info_get(port_id, &info) != 0) return 0;
+  const std::optional<MemifDevargs> args = MemifDevargsOf(info);
+  return args ? args->buffer_size : 0;
 }
 
 uint32_t OpenPort::PortMtu(uint16_t port_id) {
@@ -265,7 +274,7 @@ absl::StatusOr<std::unique_ptr<OpenPort>> OpenPort::Open(
   if (ret != 0) {
     return absl::InternalError(absl::StrCat(what, ": rte_eth_tx_queue_setup(", txd, "): ", Reason(ret)));
   }
-  p->memif_ = MemifLinkOf(port_id, info);
+  p->memif_ = MemifLinkOf(info);
   p->driver_ = info.driver_name ? info.driver_name : "";
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   if (p->memif_.client) {

@@ -246,17 +246,11 @@ void FaultInjector::WaitForInput(std::chrono::microseconds timeout) {
 
 absl::StatusOr<std::unique_ptr<PacketIo>> MaybeInjectFaults(
     std::unique_ptr<PacketIo> io, const std::string& spec) {
-  std::string s = spec;
-  if (s.empty()) {
-    const char* env = std::getenv("OPTIREDUCE_FAULTS");
-    if (env) s = env;
-  }
-  if (s.empty()) return io;
-  auto parsed = ParseFaultSpec(s);
+  if (spec.empty()) return io;
+  auto parsed = ParseFaultSpec(spec);
   if (!parsed.ok()) {
     return absl::InvalidArgumentError(absl::StrCat(
-        spec.empty() ? "OPTIREDUCE_FAULTS: " : "attr faults: ",
-        parsed.status().message()));
+        "attr faults: ", parsed.status().message()));
   }
   if (!parsed->Any()) return io;
   return std::unique_ptr<PacketIo>(

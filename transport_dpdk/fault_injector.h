@@ -124,8 +124,8 @@ class FaultInjector : public PacketIo {
   FaultCounters counters_;
 };
 
-// Wraps io in a FaultInjector if spec (or, when spec is empty, env
-// OPTIREDUCE_FAULTS) asks for faults; returns io unchanged otherwise.
+// Wraps io in a FaultInjector if spec (EngineOptions::faults) asks for faults;
+// returns io unchanged otherwise.
 absl::StatusOr<std::unique_ptr<PacketIo>> MaybeInjectFaults(
     std::unique_ptr<PacketIo> io, const std::string& spec);
 

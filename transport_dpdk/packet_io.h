@@ -2,8 +2,8 @@
 //
 // The protocol engine (engine.h) is the only user. A backend moves opaque
 // datagrams between endpoints; it knows nothing about ranks, messages or
-// reliability. Backends today: udp (kernel sockets), loop (in-process
-// queues); dpdk (ethdev) is meant to plug in through this same interface.
+// reliability. Backends: udp (kernel sockets, packet_io_udp.h), loop
+// (in-process queues, packet_io_loop.h), dpdk (any ethdev, packet_io_dpdk.h).
 //
 // Threading: TxBurst, RxBurst and ResolvePeer are called with the engine's
 // lock held, so never concurrently (from the progress thread, or from a user

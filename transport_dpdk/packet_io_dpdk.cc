@@ -17,47 +17,12 @@
 #include <rte_mbuf.h>
 
 #include "absl/status/status.h"
-#include "absl/strings/ascii.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_split.h"
 #include "transport_dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace transport {
 namespace {
-
-// The A/B switches of this backend (transport_dpdk/dpdk_backend.md), read here because a
-// device made from C++ has no config module; gloo_ext/config.cc validates the same
-// spellings for PyTorch jobs. A bad value is an error naming the variable, never ignored.
-//   OPTIREDUCE_DPDK_TX_COPY: 1/on/true/yes = copy every frame body (no zero-copy on memif).
-//   OPTIREDUCE_DPDK_TX_BACKLOG: frames of the per-port TX backlog, 32..2048.
-absl::Status ReadTxSwitches(bool* copy_bodies, uint32_t* backlog, uint32_t backlog_max) {
-  if (const char* env = std::getenv("OPTIREDUCE_DPDK_TX_COPY")) {
-    const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(env));
-    if (v == "1" || v == "on" || v == "true" || v == "yes") {
-      *copy_bodies = true;
-    } else if (v == "0" || v == "off" || v == "false" || v == "no") {
-      *copy_bodies = false;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "OPTIREDUCE_DPDK_TX_COPY='", env, "' is not valid; allowed values: 0, 1, on, off, "
-          "true, false, yes, no"));
-    }
-  }
-  if (const char* env = std::getenv("OPTIREDUCE_DPDK_TX_BACKLOG")) {
-    uint32_t n = 0;
-    const absl::string_view digits = absl::StripAsciiWhitespace(env);
-    if (digits.empty() || !absl::ascii_isdigit(digits[0]) || !absl::SimpleAtoi(digits, &n) ||
-        n < 32 || n > backlog_max) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "OPTIREDUCE_DPDK_TX_BACKLOG='", env, "' is not valid; allowed values: an integer "
-          "32..", backlog_max, " (frames)"));
-    }
-    *backlog = n;
-  }
-  return absl::OkStatus();
-}
 
 using dpdk::Verdict;
 
@@ -86,6 +51,11 @@ uint64_t DpdkPacketIo::MacKey(const dpdk::Mac& m) {
 
 absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     const dpdk::attr& a) {
+  if (a.tx_backlog < 32 || a.tx_backlog > kTxBacklogFrames) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk attr.tx_backlog=", a.tx_backlog, " is not valid; allowed values: an integer 32..",
+        kTxBacklogFrames, " (frames)"));
+  }
   const std::string eal_args = dpdk::ResolveEalArgs(a.eal_args);
   absl::Status st = dpdk::EnsureEal(eal_args);
   if (!st.ok()) return st;
@@ -96,14 +66,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
         "arguments: '", eal_args, "'"));
   }
 
-  std::vector<std::string> specs = a.ports;
-  if (specs.empty()) {
-    if (const char* env = std::getenv("OPTIREDUCE_DPDK_PORTS")) {
-      for (absl::string_view s : absl::StrSplit(env, ',', absl::SkipEmpty())) {
-        specs.emplace_back(s);
-      }
-    }
-  }
+  const std::vector<std::string>& specs = a.ports;
   std::vector<uint16_t> ids;
   if (specs.empty()) {
     uint16_t id;
@@ -224,13 +187,9 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   io->tx_stash_.resize(io->ports_.size());
   io->tx_backlog_.resize(io->ports_.size());
   io->queued_from_.resize(io->ports_.size());
-  bool copy_bodies = false;
-  if (absl::Status s = ReadTxSwitches(&copy_bodies, &io->backlog_cap_, kTxBacklogFrames);
-      !s.ok()) {
-    return s;
-  }
+  io->backlog_cap_ = a.tx_backlog;
   for (const auto& port : io->ports_) {
-    io->tx_copies_.push_back(port->is_memif() && !copy_bodies);
+    io->tx_copies_.push_back(port->is_memif() && !a.tx_copy_bodies);
   }
   for (TxBacklog& b : io->tx_backlog_) b.ring.assign(kTxBacklogFrames, nullptr);
   for (size_t p = 0; p < io->ports_.size(); ++p) {

@@ -134,7 +134,7 @@ class DpdkPacketIo : public PacketIo {
   };
   std::vector<TxBacklog> tx_backlog_;
   std::atomic<uint32_t> backlog_frames_{0};  // all ports (read by WaitForInput)
-  uint32_t backlog_cap_ = kTxBacklogFrames;  // OPTIREDUCE_DPDK_TX_BACKLOG, 32..2048
+  uint32_t backlog_cap_ = kTxBacklogFrames;  // attr.tx_backlog, 32..2048
   // Sends what port `pi`'s backlog holds, as far as its ring takes it.
   void DrainBacklog(size_t pi);
   void DrainBacklogs();

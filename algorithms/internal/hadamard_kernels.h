@@ -14,23 +14,21 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "algorithms/internal/splitmix64.h"
+
 namespace optireduce {
 namespace hadamard {
 namespace internal {
 
 enum class Direction { kForward, kInverse };
 
-// splitmix64's output function: a bijection on 64 bits with good avalanche.
-inline uint64_t Mix64(uint64_t z) {
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
+using ::optireduce::internal::kSplitMix64Gamma;
+using ::optireduce::internal::Mix64;
 
 // 64 sign bits (1 = negate) for elements [64 * word_index, 64 * word_index + 64). One
 // splitmix64 step per 64 elements: the signs cost almost nothing next to the butterflies.
 inline uint64_t SignWord(uint64_t seed, uint64_t word_index) {
-  return Mix64(seed + (word_index + 1) * 0x9E3779B97F4A7C15ULL);
+  return Mix64(seed + (word_index + 1) * kSplitMix64Gamma);
 }
 
 // The sign bits of `count` (<= 64, dividing 64) consecutive elements starting at `index`,

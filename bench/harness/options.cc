@@ -385,7 +385,8 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
       return Bad("--rank", std::to_string(o.rank),
                  absl::StrCat("0 to --size - 1 = ", o.size - 1));
     }
-    if (o.redis_host.empty() && o.shared_path.empty() && std::getenv("OPTIREDUCE_REDIS_URL") == nullptr) {
+    if (o.redis_host.empty() && o.shared_path.empty() &&
+        !gloo_ext::ReadEnvironment("OPTIREDUCE_REDIS_URL")) {
       return absl::InvalidArgumentError(
           "no rendezvous: give --redis-host, --shared-path, OPTIREDUCE_REDIS_URL or --local-ranks");
     }

@@ -27,6 +27,8 @@
 #include "bench/harness/straggler.h"
 #include "bench/harness/worker_threads.h"
 #include "bench/local_ranks.h"
+#include "gloo_ext/config.h"
+#include "gloo_ext/redis_options.h"
 #include "rendezvous/redis_store.h"
 
 namespace optireduce {
@@ -96,7 +98,8 @@ struct Rendezvous {
   gloo::rendezvous::Store* base = nullptr;
 
   explicit Rendezvous(const BenchOptions& o) {
-    if (!o.redis_host.empty() || (o.shared_path.empty() && std::getenv("OPTIREDUCE_REDIS_URL"))) {
+    if (!o.redis_host.empty() ||
+        (o.shared_path.empty() && gloo_ext::ReadEnvironment("OPTIREDUCE_REDIS_URL"))) {
       absl::StatusOr<rendezvous::RedisOptions> ro;
       if (!o.redis_host.empty()) {
         rendezvous::RedisOptions r;
@@ -105,7 +108,7 @@ struct Rendezvous {
                              o.redis_host, ":", o.redis_port);
         ro = r;
       } else {
-        ro = rendezvous::RedisOptionsFromEnv(o.prefix, o.size);
+        ro = gloo_ext::RedisOptionsFromEnvironment(o.prefix, o.size);
       }
       if (!ro.ok()) throw std::runtime_error(std::string(ro.status().message()));
       ro->job_id = o.prefix;

@@ -5,6 +5,7 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "gloo_ext/devices.h"
 #include "tests/dpdk/dpdk_test_util.h"
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
@@ -126,22 +127,38 @@ TEST(DpdkErrors, SecondInitWithOtherArgumentsFailsSameArgumentsReuse) {
   });
 }
 
+// The environment reaches the transport through gloo_ext's attr helpers (the transport
+// itself reads no variable): a device made from DpdkAttrFromEnvironment() with our EAL args.
+absl::StatusOr<std::shared_ptr<transport::Device>> CreateFromEnvironment(
+    const std::string& eal_args) {
+  absl::StatusOr<dpdk::attr> a = gloo_ext::DpdkAttrFromEnvironment();
+  if (!a.ok()) return a.status();
+  a->eal_args = eal_args;
+  return dpdk::CreateDeviceOrError(*a);
+}
+
 TEST(DpdkErrors, BadTxSwitchesAreRefusedWithTheirName) {
   TempDir dir("err_tx");
   InChild([&] {
-    dpdk::attr a;
-    a.eal_args = kBase + MemifServer(dir.path(), 0);
+    const std::string eal_args = kBase + MemifServer(dir.path(), 0);
     setenv("OPTIREDUCE_DPDK_TX_COPY", "sometimes", 1);
-    std::string e = Expect(dpdk::CreateDeviceOrError(a).status(),
+    std::string e = Expect(CreateFromEnvironment(eal_args).status(),
                            "OPTIREDUCE_DPDK_TX_COPY='sometimes' is not valid");
     if (!e.empty()) return e;
     setenv("OPTIREDUCE_DPDK_TX_COPY", " On ", 1);
     setenv("OPTIREDUCE_DPDK_TX_BACKLOG", "5000", 1);
-    e = Expect(dpdk::CreateDeviceOrError(a).status(),
+    e = Expect(CreateFromEnvironment(eal_args).status(),
                "OPTIREDUCE_DPDK_TX_BACKLOG='5000' is not valid; allowed values: an integer 32..2048");
     if (!e.empty()) return e;
+    // The transport refuses the same out-of-range attr on its own.
+    dpdk::attr bad;
+    bad.eal_args = eal_args;
+    bad.tx_backlog = 5000;
+    e = Expect(dpdk::CreateDeviceOrError(bad).status(),
+               "dpdk attr.tx_backlog=5000 is not valid; allowed values: an integer 32..2048");
+    if (!e.empty()) return e;
     setenv("OPTIREDUCE_DPDK_TX_BACKLOG", "64", 1);
-    auto d = dpdk::CreateDeviceOrError(a);
+    auto d = CreateFromEnvironment(eal_args);
     return d.ok() ? std::string() : "valid switches refused: " + d.status().ToString();
   });
 }
@@ -152,7 +169,9 @@ TEST(DpdkErrors, EnvArgsAreUsedAndAffinityIsRestored) {
     setenv("OPTIREDUCE_EAL_ARGS", (kBase + MemifServer(dir.path(), 0)).c_str(), 1);
     cpu_set_t before, after;
     sched_getaffinity(0, sizeof(before), &before);
-    auto d = dpdk::CreateDeviceOrError(dpdk::attr{});
+    absl::StatusOr<dpdk::attr> a = gloo_ext::DpdkAttrFromEnvironment();
+    if (!a.ok()) return a.status().ToString();
+    auto d = dpdk::CreateDeviceOrError(*a);
     if (!d.ok()) return d.status().ToString();
     sched_getaffinity(0, sizeof(after), &after);
     if (!CPU_EQUAL(&before, &after)) return std::string("affinity not restored");

@@ -21,6 +21,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "algorithms/allreduce.h"
+#include "gloo_ext/redis_options.h"
 #include "rendezvous/redis_kv.h"
 #include "tests/rendezvous/redis_server_fixture.h"
 #include "transport_dpdk/device.h"
@@ -411,13 +412,21 @@ TEST_F(RedisStoreTest, BadOptionsAreRejected) {
   EXPECT_NE(s.status().message().find("port"), std::string::npos) << s.status();
 }
 
+// RedisStore::Connect(gloo_ext::RedisOptionsFromEnvironment(job_id, world_size)).
+absl::StatusOr<std::shared_ptr<RedisStore>> ConnectFromEnv(absl::string_view job_id,
+                                                           int world_size) {
+  auto options = gloo_ext::RedisOptionsFromEnvironment(job_id, world_size);
+  if (!options.ok()) return options.status();
+  return RedisStore::Connect(*options);
+}
+
 TEST_F(RedisStoreTest, ConnectFromEnv) {
   ::unsetenv("OPTIREDUCE_REDIS_URL");
-  auto missing = RedisStore::ConnectFromEnv("envjob", 1);
+  auto missing = ConnectFromEnv("envjob", 1);
   ASSERT_FALSE(missing.ok());
   EXPECT_NE(missing.status().message().find("OPTIREDUCE_REDIS_URL"), std::string::npos);
   ::setenv("OPTIREDUCE_REDIS_URL", server_->Url().c_str(), 1);
-  auto store = RedisStore::ConnectFromEnv("envjob", 1);
+  auto store = ConnectFromEnv("envjob", 1);
   ::unsetenv("OPTIREDUCE_REDIS_URL");
   ASSERT_TRUE(store.ok()) << store.status();
   (*store)->set("k", {'v'});

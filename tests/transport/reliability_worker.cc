@@ -42,6 +42,7 @@
 
 #include "algorithms/allreduce.h"
 #include "algorithms/bounded_channel.h"
+#include "gloo_ext/devices.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/address.h"
 #include "transport_dpdk/device.h"
@@ -103,7 +104,10 @@ bool WaitForFile(const std::string& path, std::chrono::milliseconds limit) {
 std::shared_ptr<optireduce::transport::Device> MakeDevice() {
   optireduce::transport::udp::attr attr;
   if (g_args.count("port")) attr.port = static_cast<uint16_t>(std::stoi(g_args["port"]));
-  // attr.engine.faults stays empty: the injector reads OPTIREDUCE_FAULTS.
+  // The faults come from OPTIREDUCE_FAULTS, through the library's configuration.
+  auto engine = optireduce::gloo_ext::EngineOptionsFromEnvironment();
+  CHECK_OR_DIE(engine.ok(), "%s", engine.status().ToString().c_str());
+  attr.engine = *engine;
   auto device = optireduce::transport::udp::CreateDeviceOrError(attr);
   CHECK_OR_DIE(device.ok(), "%s", device.status().ToString().c_str());
   return *device;
