@@ -208,12 +208,14 @@ def timed_run(lab, args, algo, tag, extra_more=()):
     """Runs algo once at --elements with --iterations (after --warmup warm-up iterations,
     which are not timed); returns a dict: us (per timed iteration of rank 0), loss_pct
     (OptiReduce mode's mean share of data not received), damaged_pct (share of operations
-    it flagged), rel_error (the verified first iteration's, or None)."""
+    it flagged), rel_error (of one more operation after the timed ones: the harness's
+    --verify-last)."""
     path = os.path.join(lab.tmp, "samples-%s.csv" % tag)
     table = os.path.join(lab.tmp, "table-%s.csv" % tag)
     extra = ["--elements", str(args.elements), "--iteration-count", str(args.iterations),
              "--warmup-iters", str(getattr(args, "warmup", 5)), "--samples-csv", path,
-             "--csv", table, "--seed", str(getattr(args, "seed", 1))] + list(extra_more)
+             "--csv", table, "--verify-last",
+             "--seed", str(getattr(args, "seed", 1))] + list(extra_more)
     if getattr(args, "straggler_ms_dist", None):
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
     rc, out, errs = measured_bench(lab, args, algo, extra, tag)
@@ -229,7 +231,7 @@ def read_run(samples_csv, table_csv):
         rows = list(csv.DictReader(f))
     with open(table_csv) as f:
         summary = list(csv.DictReader(f))
-    rel = summary[0]["rel_error"] if summary else ""
+    rel = summary[0].get("rel_error_last") or summary[0]["rel_error"] if summary else ""
     n = max(1, len(rows))
     return dict(us=[float(r["us"]) for r in rows],
                 loss_pct=sum(float(r["loss_pct"]) for r in rows) / n,
