@@ -407,7 +407,7 @@ def build_parser():
                        help="MTU of every link (default %d: cloud jumbo frames)" % cloudlab.DEFAULT_MTU)
         p.add_argument("--gso-bursts", action="store_true",
                        help="let 64 KiB TCP/UDP segmentation bursts cross the links whole, so "
-                            "a --drop loses a whole burst (the lab before session 8); default: "
+                            "a --drop loses a whole burst; default: "
                             "one packet per frame, as on a cloud wire")
         p.add_argument("--pin", action="store_true",
                        help="run every process of rank r on one CPU (r mod the CPUs we may "

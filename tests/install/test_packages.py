@@ -68,6 +68,20 @@ def test_import_from_an_install_prefix(prefix, tmp_path):
     assert got["lib"] == str(prefix / "lib" / "liboptireduce_torch.so")
 
 
+def test_install_to_usr_local_uses_debians_dist_packages(tmp_path):
+    # The default prefix: where /usr/bin/python3 looks (DESTDIR stands in for the root).
+    subprocess.run(["cmake", "--install", BUILD, "--prefix", "/usr/local"], check=True,
+                   stdout=subprocess.DEVNULL, env=dict(os.environ, DESTDIR=str(tmp_path)))
+    ver = subprocess.run([PY, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                         stdout=subprocess.PIPE, text=True).stdout.strip()
+    pkg = tmp_path / "usr/local/lib" / ("python%s" % ver) / "dist-packages" / "optireduce"
+    assert (pkg / "__init__.py").exists()
+    assert "'/usr/local/lib/liboptireduce_torch.so'" in (pkg / "_install_paths.py").read_text()
+    on_path = subprocess.run([PY, "-c", "import sys; print('\\n'.join(sys.path))"],
+                             stdout=subprocess.PIPE, text=True, env=clean_env()).stdout.split()
+    assert "/usr/local/lib/python%s/dist-packages" % ver in on_path
+
+
 def test_installed_bench_tool_runs(prefix):
     p = subprocess.run([str(prefix / "bin" / "optireduce-bench"), "--local-ranks", "2",
                         "--elements", "1000", "--iteration-count", "3", "transpose"],
