@@ -60,7 +60,11 @@ def machine():
                     break
     except OSError:
         pass
-    return "%d CPUs%s, Linux %s" % (cpus, " (%s)" % model if model else "", platform.release())
+    # Other jobs on the machine move p99 more than anything measured: say how busy it was
+    # (load average over 1, 5 and 15 minutes when the section finished).
+    load = "/".join("%.1f" % x for x in os.getloadavg())
+    return "%d CPUs%s, Linux %s, load average %s" % (cpus, " (%s)" % model if model else "",
+                                                     platform.release(), load)
 
 
 def now():

@@ -33,7 +33,8 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
                   "Time to accuracy"):
         assert "## " + title in text, text
     # Every generated table says how it was made.
-    made = re.findall(r"Command: `[^`]+`  \nMachine: \d+ CPUs.*, Linux \S+; made "
+    made = re.findall(r"Command: `[^`]+`  \nMachine: \d+ CPUs.*, Linux \S+, load average "
+                      r"[\d.]+/[\d.]+/[\d.]+; made "
                       r"\d{4}-\d\d-\d\d \d\d:\d\d UTC\.", text)
     assert len(made) == (4 if root else 2), text
     assert "Gloo ring_chunked, Gloo TCP" in text and "transpose@udp" in text, text
