@@ -31,11 +31,11 @@ enum class Compensation : uint8_t { kDebias, kZeroFill };
 
 // One default loss limit for every entry point (the C++ API, OPTIREDUCE_MAX_LOSS,
 // optireduce-bench): a benchmark of the C++ API measures what a PyTorch job gets. 5%, as
-// issue 5 suggests: a limit for abnormal loss, not for the ~1% a lossy cloud path drops all
+// a limit for abnormal loss, not for the ~1% a lossy cloud path drops all
 // the time (then half of the operations would repair, adding traffic when the path is
 // already lossy); the Hadamard transform and debiasing keep the error of a few % loss small
-// (BoundedTranspose.LossIsBoundedMeasuredAndSmall). Measured in the lab (bench/README.md,
-// session 8): at 1% loss 0.01 and 0.05 gave the same tail within noise.
+// (BoundedTranspose.LossIsBoundedMeasuredAndSmall). In the lab at 1% loss, limits of 0.01
+// and 0.05 give the same tail within noise (bench/RESULTS.md has the loss table).
 constexpr double kDefaultMaxLoss = 0.05;
 
 struct BoundedTransposeArgs {

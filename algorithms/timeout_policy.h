@@ -53,7 +53,7 @@ struct TimeoutOptions {
   // at the 95th percentile a straggler in one operation of twenty already set the grace
   // (measured: 4 ranks, 16 MiB, a 2 x p50 delay in 5% of the iterations was always waited
   // out at 0.95).
-  // Off by default: measured in DDP training on a loaded host (bench/README.md, session 7),
+  // Off by default: measured in DDP training on a loaded host (bench/tta, bench/RESULTS.md),
   // descheduled ranks were given up in 16% of the operations and damage rose 9% -> 30%
   // with no gain in speed; with a real straggler (the mode table's) it cut p99 to 0.69x.
   bool learn_start_grace = false;

@@ -45,7 +45,7 @@ const std::vector<VariableDoc>& Table() {
        "bounded mode: how long a rank that has not started an operation is waited for: "
        "phase 1's half of the bound + the repair budget (budget, default) or the 90th percentile x 1.25 of how late ranks "
        "started recent operations (learned: shorter tail under a real straggler, more "
-       "damaged steps on a loaded host; measured in bench/README.md)"},
+       "damaged steps on a loaded host; measured in bench/RESULTS.md)"},
       {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
        "write the interposer's counters as JSON there at process exit"},
       {"OPTIREDUCE_UDP_HOST", "", "IPv4 address or host name",

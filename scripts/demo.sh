@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# The main job: builds optireduce if needed, then on 4 local ranks (processes, no Redis)
-#  1. compares Gloo's ring, TAR and OptiReduce mode under stragglers and 1% packet loss,
-#  2. sweeps message sizes for Gloo's algorithms vs TAR on Gloo's TCP device.
-# Extra arguments go to the first comparison (see `build/bench/optireduce-demo --help`).
+# The main job: builds optireduce if needed, then compares how long one allreduce blocks
+# for Gloo ring_chunked over Gloo's TCP, TAR over our UDP transport and OptiReduce mode, on
+# 4 ranks under the same 1% per-packet loss and the same straggler schedule (bench/demo.py).
+# As root it runs the cloud lab (bench/lab: a network namespace per rank, real loss through
+# tc eBPF); otherwise the local comparison without loss, labelled as such.
+# Arguments go to bench/demo.py (see `/usr/bin/python3 bench/demo.py --help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/build.sh
 BUILD_DIR=${OPTIREDUCE_BUILD_DIR:-build}
-"$BUILD_DIR/bench/optireduce-demo" "$@"
-echo
-"$BUILD_DIR/bench/optireduce-sweep" --sizes 64K,1M,16M
+exec /usr/bin/python3 bench/demo.py --bench-bin "$BUILD_DIR/bench/optireduce-bench" "$@"

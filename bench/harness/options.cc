@@ -103,6 +103,10 @@ std::string BenchUsage(const char* argv0) {
       "Benchmark parameters:\n"
       "      --verify              Verify the result of the first iteration (default)\n"
       "      --no-verify           Do not verify the result of the first iteration\n"
+      "      --verify-last         (extra) After the timed iterations, run one more\n"
+      "                            (untimed, fresh pattern) and report its relative\n"
+      "                            error (--csv rel_error_last): the error of a steady-\n"
+      "                            state operation, not of the exact calibration run\n"
       "      --show-all-errors     Print every verification error\n"
       "      --inputs=N            Input buffers per process (default 1)\n"
       "      --elements=N          Floats per input buffer (-1: sweep 100..5000000)\n"
@@ -224,6 +228,7 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
                            }}},
       {"--verify", flag([&] { o.verify = true; })},  // Gloo's flag; on by default here
       {"--no-verify", flag([&] { o.verify = false; })},
+      {"--verify-last", flag([&] { o.verify_last = true; })},
       {"--show-all-errors", flag([&] { o.show_all_errors = true; })},
       {"--nanos", flag([&] { o.show_nanos = true; })},
       {"--elements", integer(-1, 1L << 31, [&](long v) { o.elements = v; })},

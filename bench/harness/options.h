@@ -34,6 +34,7 @@ struct BenchOptions {
   // Suite.
   std::string benchmark;  // the algorithm (positional)
   bool verify = true;
+  bool verify_last = false;  // extra: verify one more operation after the timed ones
   bool show_all_errors = false;
   long elements = -1;  // -1: sweep 100 .. 5,000,000
   long iteration_count = -1;

@@ -114,15 +114,17 @@ bool AppendCsv(const BenchOptions& o, const SizeResult& r) {
   if (std::ftell(f) == 0) {
     std::fprintf(f,
                  "benchmark,transport,processes,inputs,threads,bytes,elements,min_us,p50_us,"
-                 "p99_us,max_us,bandwidth_gbps,iterations,loss_pct,rel_error,timeouts,straggler\n");
+                 "p99_us,max_us,bandwidth_gbps,iterations,loss_pct,rel_error,timeouts,straggler,"
+                 "rel_error_last\n");
   }
   const Summary s = Summarize(r);
-  std::fprintf(f, "%s,%s,%d,%d,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%zu,%.4f,%s,%s,%s\n",
+  std::fprintf(f, "%s,%s,%d,%d,%d,%zu,%zu,%.3f,%.3f,%.3f,%.3f,%.4f,%zu,%.4f,%s,%s,%s,%s\n",
                o.benchmark.c_str(), o.transport.c_str(), o.size, o.inputs, o.threads, r.bytes,
                r.elements, s.min / 1e3, s.p50 / 1e3, s.p99 / 1e3, s.max / 1e3, s.gbps,
                r.nanos.size(), s.loss_pct,
                r.verified ? std::to_string(r.rel_error).c_str() : "", s.timeouts.c_str(),
-               o.straggler_dist.c_str());
+               o.straggler_dist.c_str(),
+               r.verified_last ? std::to_string(r.rel_error_last).c_str() : "");
   const bool ok = std::ferror(f) == 0;
   return std::fclose(f) == 0 && ok;
 }

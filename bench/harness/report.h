@@ -18,6 +18,8 @@ struct SizeResult {
   std::vector<IterationStats> stats;      // per iteration, same order
   double rel_error = 0;            // of the verified run, max over ranks (0: not verified)
   bool verified = false;
+  double rel_error_last = 0;       // --verify-last: of one operation after the timed ones
+  bool verified_last = false;
   int threads = 1;
 };
 

@@ -16,6 +16,7 @@ addresses or routes, and several labs can run at once):
 """
 
 import atexit
+import json
 import os
 import re
 import shutil
@@ -198,6 +199,20 @@ class Lab:
             self.tc_in(ns, ["qdisc", "replace", "dev", dev, "clsact"])
             self.tc_in(ns, ["filter", "replace", "dev", dev, "ingress", "prio", "1", "handle", "1",
                             "bpf", "da", "obj", obj, "sec", "drop"])
+
+    def drop_counts(self):
+        """(packets, dropped) summed over every link with a drop program: the packets that
+        met the random drop and those it lost, from the clsact qdiscs' counters (they count
+        a dropped packet in both)."""
+        packets = dropped = 0
+        for ns in self.all_names():
+            out = run(["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show"],
+                      check=False).stdout
+            for q in json.loads(out or "[]"):
+                if q.get("kind") == "clsact":
+                    packets += int(q.get("packets", 0))
+                    dropped += int(q.get("drops", 0))
+        return packets, dropped
 
     def set_rate(self, rank, rate, burst="64kb", latency="50ms", direction="both"):
         """tbf rate limit (e.g. '1gbit') on rank's link."""

@@ -204,18 +204,44 @@ def read_samples(path):
         return [float(row["us"]) for row in csv.DictReader(f)]
 
 
-def timed_samples(lab, args, algo, tag, extra_more=()):
-    """Runs algo once at --elements with --iterations; returns the per-iteration us."""
+def timed_run(lab, args, algo, tag, extra_more=()):
+    """Runs algo once at --elements with --iterations (after --warmup warm-up iterations,
+    which are not timed); returns a dict: us (per timed iteration of rank 0), loss_pct
+    (OptiReduce mode's mean share of data not received), damaged_pct (share of operations
+    it flagged), rel_error (of one more operation after the timed ones: the harness's
+    --verify-last)."""
     path = os.path.join(lab.tmp, "samples-%s.csv" % tag)
+    table = os.path.join(lab.tmp, "table-%s.csv" % tag)
     extra = ["--elements", str(args.elements), "--iteration-count", str(args.iterations),
-             "--warmup-iters", "5", "--samples-csv", path] + list(extra_more)
+             "--warmup-iters", str(getattr(args, "warmup", 5)), "--samples-csv", path,
+             "--csv", table, "--verify-last",
+             "--seed", str(getattr(args, "seed", 1))] + list(extra_more)
     if getattr(args, "straggler_ms_dist", None):
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
     rc, out, errs = measured_bench(lab, args, algo, extra, tag)
     if rc != 0:
         report_failure(rc, errs)
         raise RuntimeError("%s failed in environment %s" % (algo, tag))
-    return read_samples(path)
+    return read_run(path, table)
+
+
+def read_run(samples_csv, table_csv):
+    """One optireduce-bench run's --samples-csv and --csv files -> timed_run's dict."""
+    with open(samples_csv) as f:
+        rows = list(csv.DictReader(f))
+    with open(table_csv) as f:
+        summary = list(csv.DictReader(f))
+    rel = summary[0].get("rel_error_last") or summary[0]["rel_error"] if summary else ""
+    n = max(1, len(rows))
+    return dict(us=[float(r["us"]) for r in rows],
+                loss_pct=sum(float(r["loss_pct"]) for r in rows) / n,
+                damaged_pct=100.0 * sum(int(r["damaged"]) for r in rows) / n,
+                rel_error=float(rel) if rel else None)
+
+
+def timed_samples(lab, args, algo, tag, extra_more=()):
+    """Runs algo once at --elements with --iterations; returns the per-iteration us."""
+    return timed_run(lab, args, algo, tag, extra_more)["us"]
 
 
 def cmd_calibrate(args):
@@ -253,9 +279,7 @@ def parse_algo_at_transport(spec, default_transport):
     return algo, transport if at else default_transport, spec
 
 
-def cmd_experiment(args):
-    """Every algorithm in every environment (NAME:K background jobs); writes samples.csv
-    (all iterations) and summary.csv to --out, then the plots."""
+def parse_envs(args):
     envs = []
     for e in args.env:
         name, _, rest = e.partition(":")
@@ -265,18 +289,35 @@ def cmd_experiment(args):
         except ValueError:
             raise SystemExit("error: --env '%s': expected NAME:K[:STRAGGLER_DIST], e.g. p15:2 "
                              "or slow:0:exp:30" % e)
+    return envs
+
+
+SUMMARY_FIELDS = ["env", "bg", "algo", "elements", "p50_us", "p99_us", "p99_over_p50",
+                  "busbw_gbps", "samples", "transport", "gbps", "wire_loss_pct",
+                  "data_loss_pct", "damaged_pct", "rel_error", "straggler"]
+
+
+def run_experiment(args, quiet=False):
+    """Every algorithm of --algos in every --env, each in a fresh lab with the same --drop,
+    --rate, straggler distribution and --seed; writes samples.csv (every timed iteration)
+    and summary.csv to --out and returns the summary rows (dicts of SUMMARY_FIELDS, numbers
+    as numbers). wire_loss_pct is the share of packets the eBPF drop lost during the job
+    (measured on the links, so every row's injected loss can be compared)."""
+    envs = parse_envs(args)
     algos = [parse_algo_at_transport(a, args.transport) for a in args.algos.split(",")]
     os.makedirs(args.out, exist_ok=True)
     samples_path = os.path.join(args.out, "samples.csv")
     summary_path = os.path.join(args.out, "summary.csv")
+    rows = []
     with open(samples_path, "w", newline="") as fs, open(summary_path, "w", newline="") as fm:
         ws = csv.writer(fs)
         ws.writerow(["env", "bg", "algo", "elements", "iteration", "us"])
-        wm = csv.writer(fm)
-        wm.writerow(["env", "bg", "algo", "elements", "p50_us", "p99_us", "p99_over_p50",
-                     "busbw_gbps", "samples", "transport", "gbps"])
-        print("%-8s %3s %-28s %10s %10s %8s %10s %8s" %
-              ("env", "K", "algorithm", "p50 (us)", "p99 (us)", "p99/p50", "busbw GB/s", "GB/s"))
+        wm = csv.DictWriter(fm, fieldnames=SUMMARY_FIELDS)
+        wm.writeheader()
+        if not quiet:
+            print("%-8s %3s %-28s %10s %10s %8s %10s %8s %7s" %
+                  ("env", "K", "algorithm", "p50 (us)", "p99 (us)", "p99/p50", "busbw GB/s",
+                   "GB/s", "wire %"))
         for env, k, straggler in envs:
             for algo, transport, label in algos:
                 args.bg = k
@@ -287,7 +328,9 @@ def cmd_experiment(args):
                 with make_lab(args) as lab:
                     apply_knobs(lab, args)
                     start_background(lab, args)
-                    v = timed_samples(lab, measured, algo, "%s-%s-%s" % (env, algo, transport))
+                    r = timed_run(lab, measured, algo, "%s-%s-%s" % (env, algo, transport))
+                    packets, dropped = lab.drop_counts()
+                v = r["us"]
                 for i, us in enumerate(v):
                     ws.writerow([env, k, label, args.elements, i, "%.3f" % us])
                 s = sorted(v)
@@ -296,14 +339,36 @@ def cmd_experiment(args):
                 busbw = 2.0 * (n - 1) / n * args.elements * 4 / (p50 * 1e-6) / 1e9
                 # Gloo's harness's bandwidth: bytes of one buffer x iterations / total time.
                 gbps = args.elements * 4 * len(v) / (sum(v) * 1e-6) / 1e9
-                wm.writerow([env, k, label, args.elements, "%.1f" % p50, "%.1f" % p99,
-                             "%.3f" % (p99 / p50), "%.4f" % busbw, len(v), transport,
-                             "%.4f" % gbps])
+                row = dict(env=env, bg=k, algo=label, elements=args.elements, p50_us=p50,
+                           p99_us=p99, p99_over_p50=p99 / p50, busbw_gbps=busbw,
+                           samples=len(v), transport=transport, gbps=gbps,
+                           wire_loss_pct=100.0 * dropped / packets if packets else 0.0,
+                           data_loss_pct=r["loss_pct"], damaged_pct=r["damaged_pct"],
+                           rel_error=r["rel_error"], straggler=straggler or "")
+                rows.append(row)
+                wm.writerow(dict(row, p50_us="%.1f" % p50, p99_us="%.1f" % p99,
+                                 p99_over_p50="%.3f" % (p99 / p50), busbw_gbps="%.4f" % busbw,
+                                 gbps="%.4f" % gbps,
+                                 wire_loss_pct="%.3f" % row["wire_loss_pct"],
+                                 data_loss_pct="%.3f" % r["loss_pct"],
+                                 damaged_pct="%.1f" % r["damaged_pct"],
+                                 rel_error="" if r["rel_error"] is None else
+                                 "%.3g" % r["rel_error"]))
                 fm.flush()
-                print("%-8s %3d %-28s %10.0f %10.0f %8.2f %10.3f %8.3f" %
-                      (env, k, label, p50, p99, p99 / p50, busbw, gbps), flush=True)
+                if not quiet:
+                    print("%-8s %3d %-28s %10.0f %10.0f %8.2f %10.3f %8.3f %7.3f" %
+                          (env, k, label, p50, p99, p99 / p50, busbw, gbps,
+                           row["wire_loss_pct"]), flush=True)
+    return rows
+
+
+def cmd_experiment(args):
+    """Every algorithm in every environment (NAME:K background jobs); writes samples.csv
+    (all iterations) and summary.csv to --out, then the plots."""
+    run_experiment(args)
     import plots
-    plots.plot_all(samples_path, summary_path, args.out)
+    plots.plot_all(os.path.join(args.out, "samples.csv"), os.path.join(args.out, "summary.csv"),
+                   args.out)
     return 0
 
 
@@ -342,7 +407,7 @@ def build_parser():
                        help="MTU of every link (default %d: cloud jumbo frames)" % cloudlab.DEFAULT_MTU)
         p.add_argument("--gso-bursts", action="store_true",
                        help="let 64 KiB TCP/UDP segmentation bursts cross the links whole, so "
-                            "a --drop loses a whole burst (the lab before session 8); default: "
+                            "a --drop loses a whole burst; default: "
                             "one packet per frame, as on a cloud wire")
         p.add_argument("--pin", action="store_true",
                        help="run every process of rank r on one CPU (r mod the CPUs we may "
@@ -373,6 +438,10 @@ def build_parser():
         p.add_argument("--elements", type=int, default=1000000)
         p.add_argument("--iterations", type=int, default=200)
         p.add_argument("--straggler-ms-dist")
+        p.add_argument("--seed", type=int, default=1,
+                       help="seed of the straggler draws (the same schedule for every row)")
+        p.add_argument("--warmup", type=int, default=5,
+                       help="warm-up iterations before the timed ones (not timed)")
         if name == "calibrate":
             p.add_argument("--algo", default="allreduce_ring")
             p.add_argument("--bg-list", default="0,1,2,4,8")

@@ -27,7 +27,7 @@ def _read(path):
 def plot_cdf(samples_rows, path):
     envs = list(OrderedDict.fromkeys(r["env"] for r in samples_rows))
     algos = list(OrderedDict.fromkeys(r["algo"] for r in samples_rows))
-    fig, axes = plt.subplots(1, len(envs), figsize=(3.6 * len(envs), 3.0), sharey=True,
+    fig, axes = plt.subplots(1, len(envs), figsize=(max(5.5, 3.6 * len(envs)), 3.4), sharey=True,
                              squeeze=False)
     for ax, env in zip(axes[0], envs):
         for algo in algos:

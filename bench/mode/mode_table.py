@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""OptiReduce mode's benchmark (issue #5): p50/p99/p99.9 of Gloo ring_chunked over Gloo's TCP,
+"""OptiReduce mode's benchmark: p50/p99/p99.9 of Gloo ring_chunked over Gloo's TCP,
 reliable TAR and OptiReduce mode (both over our UDP transport), 4 ranks, three environments,
 one run:
 

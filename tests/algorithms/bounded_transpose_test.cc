@@ -206,8 +206,8 @@ TEST(BoundedTranspose, HadamardShrinksMaxErrorFivefold) {
   EXPECT_GT(max_abs[0], 5 * max_abs[1]);
 }
 
-// Issue 5: "missing phase-1 contributions debiased (scale by N/k) — compare against
-// zero-fill and choose by measured error". Same seeded 5% loss, same inputs: only the
+// Missing phase-1 contributions are debiased (scaled by N/k), chosen over zero-fill by
+// measured error. Same seeded 5% loss, same inputs: only the
 // phase-1 compensation differs (phase 2 fills from the own contribution either way). On
 // data-parallel gradients (a common signal, per-rank deviation kNoise) a lost contribution
 // is mostly the common signal: zero-fill loses ~1 per lost element, debiasing ~kNoise.

@@ -463,3 +463,27 @@ def test_timeout_variable_caps_the_bound(bench_bin, tmp_path):
     uncapped = bounded_ops(bench_bin, tmp_path / "free.jsonl", 2, flags)
     assert uncapped and not any(r["bound_capped"] for r in uncapped), uncapped[0]
     assert min(r["bound_ms"] for r in uncapped) > 3.0, uncapped[0]
+
+
+@pytest.mark.parametrize("algo,lossy", [("transpose", False), ("optireduce", True)])
+def test_verify_last_reports_the_error_of_a_steady_state_operation(bench_bin, tmp_path, algo,
+                                                                    lossy):
+    # --verify-last: one more operation after the timed ones, verified. Under 10% datagram
+    # loss with no repair, OptiReduce mode's bounded operations are approximate (its first,
+    # calibration, operation is exact); TAR over the same loss retransmits and stays exact.
+    # 4 MB buffers: each rank receives ~60 datagrams per operation, so an operation that
+    # loses none (0.9^60) does not happen in practice.
+    import csv
+    table = tmp_path / "t.csv"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPTIREDUCE_", "GLOO_"))}
+    env["OPTIREDUCE_FAULTS"] = "drop=0.1,seed=3"
+    p = subprocess.run([bench_bin, "--local-ranks", "2", "-t", "udp", "--elements", "1000000",
+                        "--iteration-count", "5", "--warmup-iters", "25", "--verify-last",
+                        "--max-loss", "0.9", "--repair-budget", "0", "--csv", str(table), algo],
+                       env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                       timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    (row,) = list(csv.DictReader(table.open()))
+    assert float(row["rel_error"]) < 1e-5, row
+    last = float(row["rel_error_last"])
+    assert (last > 1e-4) if lossy else (last < 1e-5), row

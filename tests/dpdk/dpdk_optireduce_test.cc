@@ -1,6 +1,6 @@
 // OptiReduce mode (bounded TAR, AllreduceOptions::Mode::kBounded) over the DPDK backend:
-// 4 ranks as processes, each with its own EAL and a net_memif link per peer. Issue 5 asks
-// that the mode works on the udp, loop and dpdk backends; the udp and loop runs are in
+// 4 ranks as processes, each with its own EAL and a net_memif link per peer. The mode
+// works on the udp, loop and dpdk backends; the udp and loop runs are in
 // tests/algorithms/optireduce_mode_test.cc, this is the dpdk one: exact without faults,
 // bounded and measured under 1% seeded loss.
 #include <chrono>

@@ -1,0 +1,427 @@
+#!/usr/bin/python3
+"""Generates the results page: runs the key experiments and writes bench/RESULTS.md, with
+each experiment's CSVs and PNGs in its own folder under bench/results/ (bench/report.sh
+builds first, then runs this).
+
+  report.py [--quick] [--tta] [--only demo,sweep,loss,straggler,tta]
+            [--page bench/RESULTS.md] [--results bench/results]
+
+Sections (folder under --results):
+  demo       the main job's table (bench/demo.py): lab as root, else the local comparison
+  sweep      optireduce-sweep: p50/p99 per size, Gloo's TCP vs our UDP and DPDK transports
+  loss       lab.py experiment under 0, 0.1% and 1% per-packet loss (root only)
+  straggler  lab.py experiment with an occasional and a every-iteration straggler (root only)
+  tta        bench/tta/tta.py time to accuracy (only with --tta; otherwise kept from the
+             last run that made it)
+
+Every section says its command, the machine (CPUs, kernel) and when it was made; each
+folder also keeps the section's text (section.md), so the page can be reassembled when
+only some sections are rerun (--only). A rerun replaces a section's folder whole.
+--quick: CI-sized runs (2 ranks, small buffers, few iterations), a few minutes in total.
+"""
+
+import argparse
+import csv
+import datetime
+import os
+import platform
+import shlex
+import shutil
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+PY = "/usr/bin/python3"
+SECTIONS = ["demo", "sweep", "loss", "straggler", "tta"]
+TITLES = {
+    "demo": "The main job: one allreduce under loss and a straggler",
+    "sweep": "Message sizes: Gloo's TCP vs our UDP and DPDK transports",
+    "loss": "Packet loss",
+    "straggler": "Stragglers",
+    "tta": "Time to accuracy (PyTorch DDP)",
+}
+ALGO_NAMES = {
+    "allreduce_ring_chunked": "Gloo ring_chunked, Gloo TCP",
+    "allreduce_ring_chunked@tcp": "Gloo ring_chunked, Gloo TCP",
+    "transpose@udp": "TAR, our UDP",
+    "optireduce@udp": "OptiReduce mode, our UDP",
+}
+
+
+def machine():
+    cpus = os.cpu_count()
+    model = ""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    model = line.split(":", 1)[1].strip()
+                    break
+    except OSError:
+        pass
+    # Other jobs on the machine move p99 more than anything measured: say how busy it was
+    # (load average over 1, 5 and 15 minutes when the section finished).
+    load = "/".join("%.1f" % x for x in os.getloadavg())
+    return "%d CPUs%s, Linux %s, load average %s" % (cpus, " (%s)" % model if model else "",
+                                                     platform.release(), load)
+
+
+def now():
+    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+
+
+def rel(path):
+    return os.path.relpath(path, REPO) if os.path.abspath(path).startswith(REPO) else path
+
+
+def run(cmd, log_path, env=None, timeout=3600):
+    """Runs cmd; its stdout and stderr go to log_path; raises with the tail on failure."""
+    print("report: %s" % " ".join(shlex.quote(c) for c in cmd), flush=True)
+    with open(log_path, "w") as log:
+        p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
+                           timeout=timeout, cwd=REPO)
+    if p.returncode != 0:
+        with open(log_path) as f:
+            tail = f.read()[-3000:]
+        raise RuntimeError("%s failed (rc %d):\n%s" % (" ".join(cmd), p.returncode, tail))
+
+
+def read_csv(path):
+    with open(path) as f:
+        return list(csv.DictReader(f))
+
+
+def md_table(header, rows):
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(str(c) for c in r) + " |" for r in rows]
+    return out
+
+
+def stamp(cmd):
+    shown = " ".join(shlex.quote(rel(c)) if c.startswith("/") else shlex.quote(c) for c in cmd)
+    return ["Command: `%s`  " % shown, "Machine: %s; made %s." % (machine(), now()), ""]
+
+
+def fmt_rel(v):
+    return "-" if v in ("", None) else "%.2e" % float(v)
+
+
+def lab_rows_md(summary, ref_algo=None, by_env=False):
+    """Markdown rows of lab.py experiment's summary.csv, p99 relative to the first row of
+    the same environment."""
+    out, ref = [], {}
+    for r in summary:
+        p50, p99 = float(r["p50_us"]) / 1e3, float(r["p99_us"]) / 1e3
+        ref.setdefault(r["env"], p99)
+        row = ([r["env"]] if by_env else []) + [
+            ALGO_NAMES.get(r["algo"], r["algo"]), "%.1f" % p50, "%.1f" % p99,
+            "%.2f" % (p99 / p50), "%.2fx" % (p99 / ref[r["env"]]),
+            "%.3f" % float(r["wire_loss_pct"]), "%.3f" % float(r["data_loss_pct"]),
+            "%.1f" % float(r["damaged_pct"]), fmt_rel(r["rel_error"])]
+        out.append(row)
+    return out
+
+
+LAB_HEADER = ["allreduce", "p50 ms", "p99 ms", "p99/p50", "p99 vs Gloo", "injected loss %",
+              "data lost %", "damaged ops %", "rel. error"]
+
+
+# ---- sections ------------------------------------------------------------------------
+def section_demo(a, d):
+    cmd = [PY, os.path.join(HERE, "demo.py"), "--bench-bin", a.bench_bin, "--out", d]
+    if a.quick:
+        cmd += ["--ranks", "2", "--iterations", "30", "--elements", "262144"]
+    run(cmd, os.path.join(d, "log.txt"))
+    summary = read_csv(os.path.join(d, "summary.csv"))
+    with open(os.path.join(d, "table.txt")) as f:
+        setup = [l[2:].strip() for l in f if l.startswith("# ")]
+    lines = stamp(cmd) + [" ".join(setup), ""]
+    lines += md_table(LAB_HEADER, lab_rows_md(summary))
+    lines += ["", "p99 vs Gloo: this row's p99 over Gloo ring_chunked's. Injected loss: the "
+              "share of packets the lab's drop lost while the row ran (the same drop for every "
+              "row). Data lost: what OptiReduce mode did not receive and filled in (mean per "
+              "operation); damaged ops: the operations it flagged. Rel. error: "
+              "of one more operation after the timed ones, against the exact sum.", "", "![latency CDF](%s)" % rel_link(a, d, "cdf.png"),
+              "", "CSV: [summary](%s), [every iteration](%s)." % (
+                  rel_link(a, d, "summary.csv"), rel_link(a, d, "samples.csv"))]
+    return lines
+
+
+def rel_link(a, d, name):
+    return os.path.relpath(os.path.join(d, name), os.path.dirname(os.path.abspath(a.page)))
+
+
+def section_sweep(a, d):
+    csv_path = os.path.join(d, "sweep.csv")
+    algos = "ring_chunked@tcp,transpose@tcp,ring_chunked@udp,transpose@udp,transpose@dpdk"
+    cmd = [a.sweep_bin, "--ranks", "2" if a.quick else "4",
+           "--sizes", "64K,1M" if a.quick else "64K,1M,16M", "--algos", algos, "--csv", csv_path]
+    if a.quick:
+        cmd += ["--iters", "10"]
+    run(cmd, os.path.join(d, "log.txt"))
+    rows = read_csv(csv_path)
+    ranks = rows[0]["ranks"] if rows else "?"
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "%s local ranks (processes on one host: loopback for TCP and UDP, a memif mesh for "
+        "DPDK); every result verified exact. Ratio: p50 over ring_chunked@tcp's at that size "
+        "(below 1 is faster)." % ranks, ""]
+    lines += md_table(["size", "algorithm@transport", "p50 ms", "p99 ms", "bus GB/s",
+                       "p50 vs ring_chunked@tcp"],
+                      [[size_label(int(r["bytes"])), "%s@%s" % (r["algorithm"], r["transport"]),
+                        "%.2f" % (float(r["p50_us"]) / 1e3), "%.2f" % (float(r["p99_us"]) / 1e3),
+                        r["busbw_gbps"], r["ratio_vs_ring_chunked"]] for r in rows])
+    plot_sweep(rows, os.path.join(d, "sweep.png"))
+    lines += ["", "![p50 per size](%s)" % rel_link(a, d, "sweep.png"), "",
+              "CSV: [sweep](%s)." % rel_link(a, d, "sweep.csv")]
+    return lines
+
+
+def rel_bin(c):
+    return rel(c) if c.startswith("/") else c
+
+
+def size_label(b):
+    return "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10)
+
+
+def lab_experiment(a, d, tag, drop, envs, iterations, elements):
+    out = os.path.join(d, tag)
+    cmd = [PY, os.path.join(HERE, "lab", "lab.py"), "experiment", "--ranks",
+           "2" if a.quick else "4", "--elements", str(elements), "--iterations",
+           str(iterations), "--warmup", "25", "--bench-bin", a.bench_bin,
+           "--algos", "allreduce_ring_chunked,transpose@udp,optireduce@udp", "--out", out]
+    for e in envs:
+        cmd += ["--env", e]
+    if drop:
+        cmd += ["--drop", "all:%g" % drop]
+    os.makedirs(out)
+    env = dict(os.environ, OPTIREDUCE_START_GRACE="learned")
+    run(cmd, os.path.join(out, "log.txt"), env=env)
+    # lab.py writes its plots next to the CSVs; the page shows the CDF only.
+    for extra in ("tail_ratio.png", "p99.png"):
+        if os.path.exists(os.path.join(out, extra)):
+            os.remove(os.path.join(out, extra))
+    return cmd, read_csv(os.path.join(out, "summary.csv"))
+
+
+def need_root(name):
+    return ["Not generated: the %s table runs in the cloud lab (bench/lab), which needs root "
+            "(network namespaces, veth pairs, tc)." % name]
+
+
+def sizes(a):
+    return (262144, 20) if a.quick else (4194304, 100)
+
+
+def section_loss(a, d):
+    if os.geteuid() != 0:
+        return need_root("loss")
+    elements, iters = sizes(a)
+    lines, allrows = [], []
+    for p in (0.0, 0.001, 0.01):
+        tag = "loss%g" % (100 * p)
+        cmd, summary = lab_experiment(a, d, tag, p, ["loss%g%%:0" % (100 * p)], iters, elements)
+        for r in summary:
+            r["loss"] = p
+        allrows += summary
+    lines = stamp(cmd[:-2] + ["--drop", "all:P"]) + [
+        "P = 0 (no --drop), 0.001, 0.01, one run each; %d ranks, one network namespace "
+        "each, %.3g MiB buffers, %d timed iterations per row after 25 warm-up, OptiReduce "
+        "start grace learned, no straggler." % (2 if a.quick else 4, elements * 4 / 2.0**20,
+                                                iters), ""]
+    lines += md_table(["loss"] + LAB_HEADER, lab_rows_md(allrows, by_env=True))
+    write_rows(os.path.join(d, "loss.csv"), allrows)
+    plot_vs_loss(allrows, os.path.join(d, "p99_vs_loss.png"))
+    lines += ["", "![p99 per loss rate](%s)" % rel_link(a, d, "p99_vs_loss.png"), "",
+              "CSV: [all rows](%s); every iteration in each run's samples.csv." %
+              rel_link(a, d, "loss.csv")]
+    return lines
+
+
+def section_straggler(a, d):
+    if os.geteuid() != 0:
+        return need_root("straggler")
+    elements, iters = sizes(a)
+    envs = ["spike:0:spike:0.05:80", "every:0:exp:30"]
+    cmd, summary = lab_experiment(a, d, "lab", 0.0, envs, iters, elements)
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "The last rank sleeps before each iteration: `spike` 80 ms before 5% of them (seeded, "
+        "the same schedule for every row), `every` an exponential delay of mean 30 ms before "
+        "every one (a rank slow every time: a bounded wait cannot absorb it, only fall "
+        "behind). No loss; OptiReduce start grace learned.", ""]
+    lines += md_table(["straggler"] + LAB_HEADER, lab_rows_md(summary, by_env=True))
+    lines += ["", "![latency CDF](%s)" % rel_link(a, d, os.path.join("lab", "cdf.png")), "",
+              "CSV: [summary](%s)." % rel_link(a, d, os.path.join("lab", "summary.csv"))]
+    return lines
+
+
+def section_tta(a, d):
+    cmd = [PY, os.path.join(HERE, "tta", "tta.py"), "--out", d]
+    if a.quick:
+        cmd.append("--quick")
+    if os.geteuid() == 0:
+        cmd.append("--lab")
+    if a.torch_lib:
+        cmd += ["--torch-lib", a.torch_lib]
+    run(cmd, os.path.join(d, "log.txt"), timeout=7200)
+    rows = read_csv(os.path.join(d, "tta_summary.csv"))
+    keep = ["config", "env", "straggler", "loss", "time_to_target_s", "train_s",
+            "final_accuracy", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50"]
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "Each row is a fresh 4-rank torch.distributed DDP job (bench/tta). time_to_target_s: "
+        "wall-clock seconds to the target test accuracy (empty: not reached).", ""]
+    lines += md_table(keep, [[r.get(k, "") for k in keep] for r in rows])
+    lines += ["", "![accuracy vs time](%s)" % rel_link(a, d, "tta.png"), "",
+              "CSV: [summary](%s), [curves](%s)." % (rel_link(a, d, "tta_summary.csv"),
+                                                   rel_link(a, d, "tta_curve.csv"))]
+    return lines
+
+
+def write_rows(path, rows):
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
+        w.writeheader()
+        w.writerows(rows)
+
+
+# ---- plots ---------------------------------------------------------------------------
+def _plt():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_sweep(rows, path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    series = {}
+    for r in rows:
+        series.setdefault("%s@%s" % (r["algorithm"], r["transport"]), []).append(
+            (int(r["bytes"]), float(r["p50_us"]) / 1e3))
+    for name, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, linewidth=1.2)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("buffer (bytes)", fontsize=8)
+    ax.set_ylabel("p50 allreduce time (ms)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_vs_loss(rows, path):
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    series = {}
+    for r in rows:
+        series.setdefault(ALGO_NAMES.get(r["algo"], r["algo"]), []).append(
+            (100 * r["loss"], float(r["p99_us"]) / 1e3))
+    for name, pts in series.items():
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, linewidth=1.2)
+    ax.set_xscale("symlog", linthresh=0.1)
+    ax.set_yscale("log")
+    ax.set_xlabel("per-packet loss (%)", fontsize=8)
+    ax.set_ylabel("p99 allreduce time (ms)", fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+# ---- the page ------------------------------------------------------------------------
+def assemble(a):
+    page = ["# Results", "",
+            "Generated by `bench/report.sh%s` — do not edit; rerun it. Each section names its "
+            "command, the machine and when it was made; its CSVs and PNGs are in "
+            "`%s/<section>/`. How to run each tool and what its columns mean: "
+            "[README.md](README.md)." % (" --quick" if a.quick else "", rel(a.results)), ""]
+    if a.quick:
+        page += ["**Quick run** (`--quick`: 2 ranks, small buffers, few iterations): checks "
+                 "that the experiments run; its numbers are not measurements.", ""]
+    for s in SECTIONS:
+        md = os.path.join(a.results, s, "section.md")
+        page += ["## %s" % TITLES[s], ""]
+        if os.path.exists(md):
+            with open(md) as f:
+                page += f.read().rstrip("\n").split("\n")
+        else:
+            page += ["Not generated%s." % (" (run `bench/report.sh --tta`)" if s == "tta" else "")]
+        page.append("")
+    with open(a.page, "w") as f:
+        f.write("\n".join(page))
+
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="CI-sized runs (a few minutes)")
+    ap.add_argument("--tta", action="store_true", help="also run time to accuracy")
+    ap.add_argument("--only", help="comma-separated sections to rerun (default: all but tta; "
+                                   "tta with --tta)")
+    ap.add_argument("--page", default=os.path.join(HERE, "RESULTS.md"))
+    ap.add_argument("--results", default=os.path.join(HERE, "results"))
+    build = os.environ.get("OPTIREDUCE_BUILD_DIR", os.path.join(REPO, "build"))
+    ap.add_argument("--bench-bin", default=os.path.join(build, "bench", "optireduce-bench"))
+    ap.add_argument("--sweep-bin", default=os.path.join(build, "bench", "optireduce-sweep"))
+    ap.add_argument("--torch-lib", help="liboptireduce_torch.so for tta (default: tta.py's)")
+    a = ap.parse_args(argv)
+    if a.only:
+        a.sections = [s for s in a.only.split(",") if s]
+        bad = [s for s in a.sections if s not in SECTIONS]
+        if bad:
+            ap.error("--only: unknown section '%s' (allowed: %s)" % (bad[0], ", ".join(SECTIONS)))
+    else:
+        a.sections = [s for s in SECTIONS if s != "tta" or a.tta]
+    for b in (a.bench_bin, a.sweep_bin):
+        if not os.access(b, os.X_OK):
+            ap.error("%s is not an executable (./scripts/build.sh builds it)" % b)
+    a.page = os.path.abspath(a.page)
+    a.results = os.path.abspath(a.results)
+    return a
+
+
+def main(argv=None):
+    a = parse_args(sys.argv[1:] if argv is None else argv)
+    os.makedirs(a.results, exist_ok=True)
+    fns = dict(demo=section_demo, sweep=section_sweep, loss=section_loss,
+               straggler=section_straggler, tta=section_tta)
+    failed = []
+    for s in a.sections:
+        d = os.path.join(a.results, s)
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+        try:
+            lines = fns[s](a, d)
+        except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+            print("report: %s failed: %s" % (s, e), file=sys.stderr)
+            failed.append(s)
+            lines = ["**Failed** when run %s: see `%s`." % (now(), rel(os.path.join(d, "log.txt")))]
+        with open(os.path.join(d, "section.md"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    # Nothing but the sections' folders lives in bench/results (another --results is the
+    # caller's folder: left as it is).
+    default = os.path.abspath(os.path.join(HERE, "results"))
+    for name in os.listdir(a.results) if a.results == default else []:
+        if name not in SECTIONS:
+            p = os.path.join(a.results, name)
+            shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+    assemble(a)
+    print("report: wrote %s and %s/" % (rel(a.page), rel(a.results)))
+    if failed:
+        print("report: failed sections: %s" % ", ".join(failed), file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

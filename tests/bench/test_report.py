@@ -1,0 +1,66 @@
+"""bench/report.sh --quick (bench/report.py): regenerates the results page and its folders,
+each section with its command, machine and date; a rerun replaces a section whole."""
+import csv
+import os
+import re
+import subprocess
+import sys
+
+REPO = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+REPORT = os.path.join(REPO, "bench", "report.py")
+
+
+def sweep_bin(bench_bin):
+    return os.environ.get("OPTIREDUCE_SWEEP_BIN",
+                          os.path.join(os.path.dirname(bench_bin), "optireduce-sweep"))
+
+
+def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
+    results, page = tmp_path / "results", tmp_path / "RESULTS.md"
+    stale = results / "demo" / "old_run.csv"
+    stale.parent.mkdir(parents=True)
+    stale.write_text("stale\n")
+    p = subprocess.run([sys.executable, REPORT, "--quick", "--bench-bin", bench_bin,
+                        "--sweep-bin", sweep_bin(bench_bin),
+                        "--page", str(page), "--results", str(results)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
+    assert p.returncode == 0, p.stdout + p.stderr
+    text = page.read_text()
+    assert not stale.exists()
+    root = os.geteuid() == 0
+    for title in ("The main job", "Message sizes", "Packet loss", "Stragglers",
+                  "Time to accuracy"):
+        assert "## " + title in text, text
+    # Every generated table says how it was made.
+    made = re.findall(r"Command: `[^`]+`  \nMachine: \d+ CPUs.*, Linux \S+, load average "
+                      r"[\d.]+/[\d.]+/[\d.]+; made "
+                      r"\d{4}-\d\d-\d\d \d\d:\d\d UTC\.", text)
+    assert len(made) == (4 if root else 2), text
+    assert "Gloo ring_chunked, Gloo TCP" in text and "transpose@udp" in text, text
+    assert (results / "demo" / "cdf.png").stat().st_size > 0
+    assert (results / "sweep" / "sweep.png").stat().st_size > 0
+    with open(results / "sweep" / "sweep.csv") as f:
+        assert {r["transport"] for r in csv.DictReader(f)} >= {"tcp", "udp"}
+    if root:
+        assert (results / "loss" / "p99_vs_loss.png").stat().st_size > 0
+        with open(results / "loss" / "loss.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert len(rows) == 9 and {r["loss"] for r in rows} == {"0.0", "0.001", "0.01"}
+        assert (results / "straggler" / "lab" / "cdf.png").stat().st_size > 0
+    else:
+        assert "needs root" in text
+    # The images and CSVs the page links to exist.
+    for link in re.findall(r"\]\(([^)]+\.(?:png|csv))\)", text):
+        assert (tmp_path / link).exists(), link
+    assert sorted(os.listdir(results)) == sorted(
+        ["demo", "sweep", "loss", "straggler"]), os.listdir(results)
+
+
+def test_unknown_section_is_named(bench_bin, tmp_path):
+    p = subprocess.run([sys.executable, REPORT, "--only", "demo,bogus", "--bench-bin", bench_bin,
+                        "--sweep-bin", sweep_bin(bench_bin),
+                        "--page", str(tmp_path / "R.md"), "--results", str(tmp_path / "r")],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 2 and "--only: unknown section 'bogus'" in p.stderr, p.stderr
+    assert not (tmp_path / "r").exists()
