@@ -1178,17 +1178,27 @@ void Engine::Impl::TakeUnreachable() {
   if (n > 0) next_liveness = Clock::now();  // judge them in this iteration
 }
 
-// The bounded service does not count: it absorbs a silent peer as loss by
-// design (OptiReduce mode); ContextFailure tells it when the context failed.
+// Only what needs the peer counts: a message from it that arrived whole and
+// waits for its recv (it may have finished and closed its context since), or
+// an announced one not matched yet, needs nothing more from it. Nor does the
+// bounded service: it absorbs a silent peer as loss by design (OptiReduce
+// mode); ContextFailure tells it when the context failed.
 bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
                                const std::vector<char>& posted_from) const {
   if (!p.unacked.empty() || !p.ctrl.empty() || !p.data_queue.empty() || !p.out_msgs.empty() ||
-      !p.in_msgs.empty() || posted_from[p.rank]) {
+      posted_from[p.rank]) {
     return true;
   }
-  // An old-style recv buffer waits for this peer as long as it is registered.
-  auto it = c.regs.lower_bound({p.rank, 0});
-  return it != c.regs.end() && it->first.first == p.rank;
+  for (const auto& kv : p.in_msgs) {
+    const InMsg& m = *kv.second;
+    if ((m.matched || m.eager) && m.received < m.total) return true;  // bytes to come
+  }
+  // An old-style recv buffer with a message bound to it still arriving.
+  for (auto it = c.regs.lower_bound({p.rank, 0}); it != c.regs.end() && it->first.first == p.rank;
+       ++it) {
+    if (!it->second->order.empty()) return true;
+  }
+  return false;
 }
 
 void Engine::Impl::CheckLiveness(Clock::time_point now) {
