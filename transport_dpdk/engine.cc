@@ -228,28 +228,17 @@ std::string RanksToString(const std::vector<int>& r) {
   return absl::StrCat("[", absl::StrJoin(r, ","), "]");
 }
 
-// EngineOptions::peer_dead, or OPTIREDUCE_PEER_DEAD_MS when it is 0.
+// EngineOptions::peer_dead (0: the default, 1000 ms); gloo_ext fills it from
+// OPTIREDUCE_PEER_DEAD_MS.
 absl::StatusOr<std::chrono::milliseconds> ResolvePeerDead(std::chrono::milliseconds configured) {
   constexpr long kMin = 10, kMax = 3600000;
-  if (configured.count() != 0) {
-    if (configured.count() < kMin || configured.count() > kMax) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "engine options: peer_dead ", configured.count(), " ms outside [", kMin, ", ", kMax,
-          "] ms"));
-    }
-    return configured;
-  }
-  const char* env = std::getenv("OPTIREDUCE_PEER_DEAD_MS");
-  if (!env || !*env) return std::chrono::milliseconds(1000);
-  char* end = nullptr;
-  errno = 0;
-  const long v = std::strtol(env, &end, 10);
-  if (errno != 0 || *end != '\0' || v < kMin || v > kMax) {
+  if (configured.count() == 0) return std::chrono::milliseconds(1000);
+  if (configured.count() < kMin || configured.count() > kMax) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "OPTIREDUCE_PEER_DEAD_MS='", env, "' is not valid; allowed: an integer in [", kMin,
-        ", ", kMax, "] (milliseconds)"));
+        "engine options: peer_dead ", configured.count(), " ms outside [", kMin, ", ", kMax,
+        "] ms"));
   }
-  return std::chrono::milliseconds(v);
+  return configured;
 }
 
 }  // namespace
@@ -1360,17 +1349,27 @@ void Engine::Impl::TakeUnreachable() {
   if (n > 0) next_liveness = Clock::now();  // judge them in this iteration
 }
 
-// The bounded service does not count: it absorbs a silent peer as loss by
-// design (OptiReduce mode); ContextFailure tells it when the context failed.
+// Only what needs the peer counts: a message from it that arrived whole and
+// waits for its recv (it may have finished and closed its context since), or
+// an announced one not matched yet, needs nothing more from it. Nor does the
+// bounded service: it absorbs a silent peer as loss by design (OptiReduce
+// mode); ContextFailure tells it when the context failed.
 bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
                                const std::vector<char>& posted_from) const {
   if (!p.unacked.empty() || !p.ctrl.empty() || !p.data_queue.empty() || !p.out_msgs.empty() ||
-      !p.in_msgs.empty() || posted_from[p.rank]) {
+      posted_from[p.rank]) {
     return true;
   }
-  // An old-style recv buffer waits for this peer as long as it is registered.
-  auto it = c.regs.lower_bound({p.rank, 0});
-  return it != c.regs.end() && it->first.first == p.rank;
+  for (const auto& kv : p.in_msgs) {
+    const InMsg& m = *kv.second;
+    if ((m.matched || m.eager) && m.received < m.total) return true;  // bytes to come
+  }
+  // An old-style recv buffer with a message bound to it still arriving.
+  for (auto it = c.regs.lower_bound({p.rank, 0}); it != c.regs.end() && it->first.first == p.rank;
+       ++it) {
+    if (!it->second->order.empty()) return true;
+  }
+  return false;
 }
 
 void Engine::Impl::CheckLiveness(Clock::time_point now) {
