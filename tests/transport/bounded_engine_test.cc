@@ -152,8 +152,8 @@ struct Pair {
     e1 = *Engine::Create(std::move(io1), o, 1 << 24);
     c0 = e0->RegisterContext(0, 2, token);
     c1 = e1->RegisterContext(1, 2, token);
-    EXPECT_TRUE(e0->ConnectPeer(c0, 1, e1->LocalAddress(), c1, token).ok());
-    EXPECT_TRUE(e1->ConnectPeer(c1, 0, e0->LocalAddress(), c0, token).ok());
+    EXPECT_TRUE(e0->ConnectPeer(c0, 1, e1->LocalAddress(), c1, token, e1->MaxDatagram()).ok());
+    EXPECT_TRUE(e1->ConnectPeer(c1, 0, e0->LocalAddress(), c0, token, e0->MaxDatagram()).ok());
     BoundedHooks h0;
     h0.read_source = [this](uint64_t, int, const std::function<void(const char*, size_t, bool)>& fn) {
       if (hold) return -1;
