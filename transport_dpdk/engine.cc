@@ -1464,6 +1464,7 @@ void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
 void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
   if (c.failed) return;
   c.failed = true;
+  handshake_cv.notify_all();  // a connect waiting for this context's handshake ends
   c.failure = why;
   Bump(stats.contexts_failed);
   // Every pending operation fails; no memory of any of them is read or
@@ -1695,7 +1696,7 @@ absl::Status Engine::WaitPeer(uint32_t ctx, int peer_rank,
   const int rank = c->rank;
   auto answered = [&] {
     Ctx* now = impl_->FindCtx(ctx);
-    return now == nullptr || now->peers[peer_rank].unacked_base > 0;
+    return now == nullptr || now->failed || now->peers[peer_rank].unacked_base > 0;
   };
   if (!impl_->handshake_cv.wait_for(lock, timeout, answered)) {
     return absl::DeadlineExceededError(absl::StrCat(
@@ -1703,7 +1704,10 @@ absl::Status Engine::WaitPeer(uint32_t ctx, int peer_rank,
         impl_->io->AddressToString(c->peers[peer_rank].io), " within ",
         timeout.count(), " ms (is it running, reachable, and part of this job?)"));
   }
-  if (!impl_->FindCtx(ctx)) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  const Ctx* now = impl_->FindCtx(ctx);
+  if (!now) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  // A peer the network reports gone (ICMP) fails the context before it answers.
+  if (now->failed) return absl::UnavailableError(now->failure);
   return absl::OkStatus();
 }
 
