@@ -401,6 +401,29 @@ std::string ConnectDead(const std::string& kind) {
   });
 }
 
+// Connecting to a live pair whose owner never connects back (another job's,
+// or a rank that is stuck) fails within the timeout too.
+std::string ConnectUnanswered(const std::string& kind) {
+  auto other_dev = MakeDevice(kind);
+  auto other_ctx = other_dev->createContext(1, 2);
+  auto& other_pair = other_ctx->createPair(0);
+  return Outcome([&] {
+    auto dev = MakeDevice(kind);
+    auto ctx = dev->createContext(0, 2);
+    ctx->setTimeout(milliseconds(300));
+    auto& pair = ctx->createPair(1);
+    pair->connect(other_pair->address().bytes());
+    return std::string("connected");
+  });
+}
+
+TEST(SemanticsConnect, UnansweredAddressFailsLikeTcp) {
+  const std::string tcp = ConnectUnanswered("tcp");
+  EXPECT_EQ(tcp, "throws IoException");
+  EXPECT_EQ(ConnectUnanswered("udp"), tcp);
+  EXPECT_EQ(ConnectUnanswered("loop"), tcp);
+}
+
 TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {
   const std::string tcp = ConnectDead("tcp");
   EXPECT_EQ(tcp, "throws IoException");
