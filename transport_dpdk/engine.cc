@@ -858,8 +858,9 @@ void Engine::Impl::ReapClosing(Clock::time_point now) {
     if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
       done = true;
       for (const Peer& p : c.peers) {
-        if (p.connected && (!p.unacked.empty() || !p.data_queue.empty() ||
-                            !p.ctrl.empty())) {
+        // A peer that never answered the handshake has nothing of ours to finish.
+        if (p.connected && p.unacked_base > 0 &&
+            (!p.unacked.empty() || !p.data_queue.empty() || !p.ctrl.empty())) {
           done = false;
         }
       }

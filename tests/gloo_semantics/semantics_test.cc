@@ -76,10 +76,12 @@ struct Signals {
 
 using CaseBody = std::function<std::string(const Ctx&, Signals&)>;
 
-// Runs body on `size` ranks (threads) over devices of `kind`; returns the
+// Runs body on `size` ranks (threads) over devices of `kind` (the context
+// timeout only bounds connecting and waits a case leaves unbounded: generous,
+// for a loaded machine); returns the
 // outcome of every rank whose outcome matters (ranks in `report`), joined.
 std::string RunCase(const std::string& kind, int size, const CaseBody& body,
-                    const std::vector<int>& report, milliseconds timeout = milliseconds(5000)) {
+                    const std::vector<int>& report, milliseconds timeout = milliseconds(30000)) {
   gloo::rendezvous::HashStore store;
   Signals signals;
   std::vector<std::string> out(size);
@@ -399,6 +401,29 @@ std::string ConnectDead(const std::string& kind) {
     pair->connect(dead);
     return std::string("connected");
   });
+}
+
+// Connecting to a live pair whose owner never connects back (another job's,
+// or a rank that is stuck) fails within the timeout too.
+std::string ConnectUnanswered(const std::string& kind) {
+  auto other_dev = MakeDevice(kind);
+  auto other_ctx = other_dev->createContext(1, 2);
+  auto& other_pair = other_ctx->createPair(0);
+  return Outcome([&] {
+    auto dev = MakeDevice(kind);
+    auto ctx = dev->createContext(0, 2);
+    ctx->setTimeout(milliseconds(300));
+    auto& pair = ctx->createPair(1);
+    pair->connect(other_pair->address().bytes());
+    return std::string("connected");
+  });
+}
+
+TEST(SemanticsConnect, UnansweredAddressFailsLikeTcp) {
+  const std::string tcp = ConnectUnanswered("tcp");
+  EXPECT_EQ(tcp, "throws IoException");
+  EXPECT_EQ(ConnectUnanswered("udp"), tcp);
+  EXPECT_EQ(ConnectUnanswered("loop"), tcp);
 }
 
 TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {
