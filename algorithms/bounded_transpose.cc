@@ -9,8 +9,8 @@
 
 #include <gloo/context.h>
 
-#include "algorithms/internal/splitmix64.h"
 #include "algorithms/transpose_plan.h"
+#include "algorithms/internal/splitmix64.h"
 
 namespace optireduce {
 namespace {
