@@ -11,8 +11,8 @@
 #include <gloo/context.h>
 
 #include "absl/strings/str_cat.h"
-#include "algorithms/internal/splitmix64.h"
 #include "algorithms/transpose_plan.h"
+#include "algorithms/internal/splitmix64.h"
 
 namespace optireduce {
 namespace {

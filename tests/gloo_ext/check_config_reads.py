@@ -11,7 +11,8 @@ Rules:
      BENCH_* knobs; tests/ may read their own switches, never a library variable.
   2. Python: an OPTIREDUCE_*/GLOO_* name read from os.environ / os.getenv must be one the
      config table documents (the Python package reads OPTIREDUCE_TORCH_LIB before it can
-     load the library, and optireduce.RedisStore the Redis variables).
+     load the library, and optireduce.RedisStore the Redis variables), or one config.cc's
+     kOtherModuleNames gives to the tests, bench or build scripts.
   3. gloo_ext/config.cc's table lists every name and alias once, and gloo_ext/README.md's
      variable table lists exactly the same names, each once, with the same alias.
 """
@@ -32,6 +33,7 @@ ENVIRON = re.compile(r"\benviron\b")
 PY_READ = re.compile(
     r"""(?:os\.environ\.get|os\.getenv|os\.environ\.setdefault|environ\.get)\(\s*["']([A-Z0-9_]+)["']"""
     r"""|os\.environ\[\s*["']([A-Z0-9_]+)["']\s*\](?!\s*=[^=])""")
+OTHER_ROW = re.compile(r"^\s*\{\"(OPTIREDUCE_[A-Z0-9_]*)\", \"", re.M)
 TABLE_ROW = re.compile(r"^\s*\{\"([A-Z][A-Z0-9_]*)\", \"([A-Z0-9_]*)\",", re.M)
 README_ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \| (?:`([A-Z][A-Z0-9_]*)`|—) \|", re.M)
 
@@ -75,15 +77,18 @@ def cxx_problems(rel, text, documented):
     return problems
 
 
-def py_problems(rel, text, documented):
-    """Rule 2 for one Python file."""
+def py_problems(rel, text, documented, other_modules=()):
+    """Rule 2 for one Python file. other_modules: names (prefixes when they end in '_')
+    that config.cc's kOtherModuleNames gives to the tests, bench and build scripts."""
     problems = []
     for n, line in enumerate(text.splitlines(), 1):
         if line.lstrip().startswith("#"):
             continue
         for m in PY_READ.finditer(line):
             name = m.group(1) or m.group(2)
-            if library_name(name) and name not in documented:
+            owned = any(name.startswith(o) if o.endswith("_") else name == o
+                        for o in other_modules)
+            if library_name(name) and name not in documented and not owned:
                 problems.append(f"{rel}:{n}: reads {name}, which gloo_ext/config.cc's table "
                                 f"does not document")
     return problems
@@ -94,6 +99,13 @@ def table_names(config_cc):
     start = config_cc.index("const std::vector<VariableDoc>& Table()")
     end = config_cc.index("};", start)
     return TABLE_ROW.findall(config_cc[start:end])
+
+
+def other_module_names(config_cc):
+    """The names of config.cc's kOtherModuleNames."""
+    start = config_cc.index("kOtherModuleNames[] = {")
+    end = config_cc.index("};", start)
+    return OTHER_ROW.findall(config_cc[start:end])
 
 
 def table_problems(rows, readme):
@@ -131,6 +143,9 @@ def check_tree(root):
     if len(rows) < 10:
         return [f"{CONFIG_MODULE}: found only {len(rows)} table rows (did its format change?)"]
     documented = {n for row in rows for n in row if n}
+    others = other_module_names(config_cc)
+    if "OPTIREDUCE_TEST_" not in others:
+        return [f"{CONFIG_MODULE}: kOtherModuleNames not found (did its format change?)"]
     problems = table_problems(rows, open(os.path.join(root, "gloo_ext/README.md")).read())
     checked = 0
     for top in sorted(set(CXX_DIRS + PY_DIRS)):
@@ -143,7 +158,8 @@ def check_tree(root):
                     problems += cxx_problems(rel, open(path, errors="replace").read(), documented)
                     checked += 1
                 elif f.endswith(".py") and top in PY_DIRS:
-                    problems += py_problems(rel, open(path, errors="replace").read(), documented)
+                    problems += py_problems(rel, open(path, errors="replace").read(), documented,
+                                            others)
                     checked += 1
     if checked < 50:
         problems.append(f"only {checked} source files found under {root}")
@@ -166,10 +182,14 @@ def self_test():
         (py_problems, "bench/x.py", 'p = os.environ.get("OPTIREDUCE_TORCH_LIBRARY")', 1),
         (py_problems, "bench/x.py", 'p = os.environ["GLOO_ALGOS"]', 1),
         (py_problems, "bench/x.py", 'env["OPTIREDUCE_X"] = "1"', 0),
+        (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BUILD_DIR", "build")', 0),
+        (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BENCH_BIN")', 0),
+        (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BUILD_DIRS")', 1),
     ]
     failures = []
+    others = ["OPTIREDUCE_BENCH_", "OPTIREDUCE_BUILD_DIR"]
     for fn, rel, text, want in cases:
-        got = fn(rel, text, documented)
+        got = fn(rel, text, documented, others) if fn is py_problems else fn(rel, text, documented)
         if len(got) != want:
             failures.append(f"{fn.__name__}({rel!r}, {text!r}): {len(got)} problems, want {want}: {got}")
     rows = [("OPTIREDUCE_A", ""), ("OPTIREDUCE_B", "GLOO_DPDK_B")]
