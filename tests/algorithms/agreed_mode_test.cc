@@ -244,7 +244,7 @@ TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
   const int ops = env ? std::atoi(env) : 2000;
   constexpr size_t kCount = 1024;
   std::vector<uint64_t> seeds[2];
-  for (auto& s : seeds) s.reserve(ops);  // not part of the growth measured
+  for (auto& s : seeds) s.assign(ops, 0);  // faulted in now: not part of the growth measured
   size_t rss_warm = 0, rss_end = 0;
   testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = RankPolicy();
@@ -254,7 +254,7 @@ TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
       Call c = Reduce(ctx, policy, ctx->rank, i % 8, kCount, 1000 + static_cast<uint32_t>(i));
       ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), Limit(c)) << c.stats.ToJson() << " " << Counters(ctx);
       ASSERT_NE(c.stats.hadamard_seed, 0u);
-      mine.push_back(c.stats.hadamard_seed);
+      mine[i] = c.stats.hadamard_seed;
     }
     Barrier(ctx);
     if (ctx->rank == 0) rss_end = RssBytes();
