@@ -411,8 +411,10 @@ void Run(Job job) {
       // calibrating rank whose peers run this operation bounded (their data for it is
       // here; operation_ledger.h says when ranks can disagree) joins them: they never
       // take part in the exchange.
+      // Only on a transport of our own (its channel, not an override): there a wait that
+      // times out leaves the receive posted, while Gloo's TCP pair closes on a timeout.
       std::function<bool()> peers_bounded;
-      if (channel != nullptr && g.elements > 0) {
+      if (channel != nullptr && job.channel == nullptr && g.elements > 0) {
         peers_bounded = [channel, bounded_op] {
           return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(bounded_op + 1);
         };

@@ -76,6 +76,10 @@ struct Call {
   OpStats stats;
 };
 
+// Exact unless the operation says it is damaged: a rank descheduled on a loaded host past
+// its peer's start grace is a straggler by design, and the damage is flagged.
+double Limit(const Call& c) { return c.stats.damaged ? 0.2 : 1e-4; }
+
 // `input_rank`: whose input this rank contributes (its rank in the world, in a sub-group).
 Call Reduce(const std::shared_ptr<gloo::Context>& ctx, const std::shared_ptr<TimeoutPolicy>& policy,
             int input_rank, uint64_t step, size_t n, uint32_t tag,
@@ -144,12 +148,12 @@ TEST(AgreedMode, TwoProcessGroupsSharingARankWithInterleavedSizes) {
       for (size_t n : {kSmall, kLarge}) {
         if (a) {
           Call c = Reduce(a, policy, world->rank, step, n, 1);
-          EXPECT_LT(RelErr(c.data, {0, 1}, step), 1e-4) << c.stats.ToJson();
+          EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
           in_a.push_back(c.stats);
         }
         if (b) {
           Call c = Reduce(b, policy, world->rank, step, n, 1);
-          EXPECT_LT(RelErr(c.data, {1, 2}, step), 1e-4) << c.stats.ToJson();
+          EXPECT_LT(RelErr(c.data, {1, 2}, step), Limit(c)) << c.stats.ToJson();
           in_b.push_back(c.stats);
         }
       }
@@ -181,7 +185,7 @@ TEST(AgreedMode, ARankRestartedIntoANewJobMidCalibration) {
     std::vector<OpStats> stats;
     for (uint64_t step = 0; step < 6; step++) {
       Call c = Reduce(ctx, policy, ctx->rank, step, kCount, 0);
-      EXPECT_LT(RelErr(c.data, {0, 1}, step), 1e-4) << c.stats.ToJson();
+      EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
       stats.push_back(c.stats);
     }
     EXPECT_EQ(Modes(stats), "cccbbb") << "rank " << ctx->rank;
@@ -206,10 +210,19 @@ TEST(AgreedMode, ACalibratingRankWhosePeerRunsBoundedJoinsIt) {
       Call c = Reduce(ctx, policy, ctx->rank, step, kCount, 0);
       EXPECT_EQ(c.stats.mode, "bounded") << c.stats.ToJson();
       EXPECT_EQ(c.stats.joined_bounded, ctx->rank == 1 && step < 2) << c.stats.ToJson();
-      EXPECT_LT(RelErr(c.data, {0, 1}, step), 1e-4) << c.stats.ToJson();
+      EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
     }
     Barrier(ctx);
   }, Loop());
+}
+
+std::string Counters(const std::shared_ptr<gloo::Context>& ctx) {
+  auto* endpoint = dynamic_cast<transport::BoundedEndpoint*>(BoundedChannelOf(*ctx));
+  if (endpoint == nullptr) return "";
+  const auto c = endpoint->counters();
+  return "staged " + std::to_string(c.staged_packets) + " overflow " +
+         std::to_string(c.staging_overflow_packets) + " stale " + std::to_string(c.stale_packets) +
+         " applied " + std::to_string(c.applied_packets);
 }
 
 size_t RssBytes() {
@@ -231,6 +244,7 @@ TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
   const int ops = env ? std::atoi(env) : 2000;
   constexpr size_t kCount = 1024;
   std::vector<uint64_t> seeds[2];
+  for (auto& s : seeds) s.assign(ops, 0);  // faulted in now: not part of the growth measured
   size_t rss_warm = 0, rss_end = 0;
   testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = RankPolicy();
@@ -238,9 +252,9 @@ TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
     for (int i = 0; i < ops; i++) {
       if (i == ops / 10 && ctx->rank == 0) rss_warm = RssBytes();
       Call c = Reduce(ctx, policy, ctx->rank, i % 8, kCount, 1000 + static_cast<uint32_t>(i));
-      ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), 1e-4) << c.stats.ToJson();
+      ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), Limit(c)) << c.stats.ToJson() << " " << Counters(ctx);
       ASSERT_NE(c.stats.hadamard_seed, 0u);
-      mine.push_back(c.stats.hadamard_seed);
+      mine[i] = c.stats.hadamard_seed;
     }
     Barrier(ctx);
     if (ctx->rank == 0) rss_end = RssBytes();
