@@ -6,6 +6,7 @@
 #include <cstring>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -254,38 +255,40 @@ struct PeerFingerprint {
 };
 static_assert(sizeof(PeerFingerprint) == 16, "fingerprint is sent as raw bytes");
 
-// Like WaitOne for a receive, but in short slices, returning false as soon as `leave()`
-// says so (the operation's peers run it bounded: the exchange never completes).
-bool WaitRecvUnless(gloo::transport::UnboundBuffer& buf, const char* what, uint32_t tag,
-                    const Deadline& deadline, const std::function<bool()>& leave) {
+// Like WaitOne for a receive, but in short slices polled through `channel` (a slice that
+// ends is no failure there, unlike a Gloo wait that times out), returning false as soon
+// as `leave()` says so (the operation's peers run it bounded: the exchange never
+// completes).
+bool WaitRecvUnless(BoundedChannel& channel, gloo::transport::UnboundBuffer& buf,
+                    const char* what, uint32_t tag, const Deadline& deadline,
+                    const std::function<bool()>& leave) {
   constexpr milliseconds kSlice{2};
   for (;;) {
     if (leave()) return false;
     milliseconds left = deadline.Remaining(what, -1);  // throws at the deadline
     if (left == gloo::transport::kUnsetTimeout || left > kSlice) left = kSlice;
-    const auto start = Clock::now();
+    int rank = -1;
+    std::optional<bool> done;
     try {
-      int rank = -1;
-      if (!buf.waitRecv(&rank, left)) {
-        GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
-                                " rank ", rank);
-      }
-      return true;
+      done = channel.PollRecv(buf, &rank, left);
     } catch (const gloo::IoException& e) {
-      // A timeout of the slice comes after the slice; anything sooner is a real error.
-      if (Clock::now() - start < left) {
-        throw gloo::IoException(
-            absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ", what, ": ", e.what()));
-      }
+      throw gloo::IoException(
+          absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ", what, ": ", e.what()));
     }
+    if (!done.has_value()) continue;
+    if (!*done) {
+      GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
+                              " rank ", rank);
+    }
+    return true;
   }
 }
 
 // Exchanges fingerprints with every peer and checks that they agree. With `leave` (a
-// calibrating operation on a transport with a bounded service), returns false without
-// completing the exchange once `leave()` is true.
+// calibrating operation on a transport with a bounded service, polled through
+// `channel`), returns false without completing the exchange once `leave()` is true.
 bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
-                      const std::function<bool()>& leave) {
+                      BoundedChannel* channel, const std::function<bool()>& leave) {
   const Impl& g = job.gloo;
   gloo::Context& ctx = *g.context;
   const int n = ctx.size;
@@ -302,7 +305,8 @@ bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
   }
   for (int i = 0; i < n - 1; i++) {
     if (leave) {
-      if (!WaitRecvUnless(*recv_buf, "exchanging operation sizes with", g.tag, deadline, leave)) {
+      if (!WaitRecvUnless(*channel, *recv_buf, "exchanging operation sizes with", g.tag,
+                          deadline, leave)) {
         return false;
       }
     } else {
@@ -411,15 +415,15 @@ void Run(Job job) {
       // calibrating rank whose peers run this operation bounded (their data for it is
       // here; operation_ledger.h says when ranks can disagree) joins them: they never
       // take part in the exchange.
-      // Only on a transport of our own (its channel, not an override): there a wait that
-      // times out leaves the receive posted, while Gloo's TCP pair closes on a timeout.
+      // Only on a transport of our own (its channel, not an override): its PollRecv ends a
+      // slice without failing the context, while a Gloo wait that times out fails it.
       std::function<bool()> peers_bounded;
       if (channel != nullptr && job.channel == nullptr && g.elements > 0) {
         peers_bounded = [channel, bounded_op] {
           return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(bounded_op + 1);
         };
       }
-      if (!VerifyPeersAgree(job, slot_meta, deadline, peers_bounded)) {
+      if (!VerifyPeersAgree(job, slot_meta, deadline, channel, peers_bounded)) {
         bounded = true;
         stats.joined_bounded = true;
       }

@@ -14,6 +14,8 @@
 #include <optional>
 #include <vector>
 
+#include <gloo/transport/unbound_buffer.h>
+
 #include "absl/status/status.h"
 
 namespace gloo {
@@ -142,6 +144,16 @@ class BoundedChannel {
   virtual bool HasUnpostedData(uint64_t op) const {
     (void)op;
     return false;
+  }
+
+  // Waits at most `slice` for a receive of `buf` (a buffer of this channel's context):
+  // true on a completion, false when the wait was aborted, nullopt when the slice ended
+  // first. Unlike buf.waitRecv, the end of the slice is no failure: the receive stays
+  // posted and the context usable (a Gloo wait that times out fails its context), so a
+  // caller can poll. Default: buf.waitRecv(rank, slice), whose timeout raises.
+  virtual std::optional<bool> PollRecv(gloo::transport::UnboundBuffer& buf, int* rank,
+                                       std::chrono::milliseconds slice) {
+    return buf.waitRecv(rank, slice);
   }
 
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).

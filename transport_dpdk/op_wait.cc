@@ -48,5 +48,22 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
   return true;
 }
 
+PollResult PollForCompletion(OpSink& sink, bool send, int* rank,
+                             std::chrono::milliseconds slice) {
+  {
+    std::unique_lock<std::mutex> lock(sink.mu);
+    auto& done = send ? sink.sends_done : sink.recvs_done;
+    const bool& aborted = send ? sink.abort_send : sink.abort_recv;
+    if (!sink.cv.wait_for(lock, slice,
+                          [&] { return !done.empty() || aborted || !sink.errors.empty(); })) {
+      return PollResult::kNotYet;
+    }
+  }
+  // Something is ready: the wait takes it as WaitForCompletion does (it cannot time out).
+  return WaitForCompletion(sink, send, rank, std::chrono::milliseconds(0))
+             ? PollResult::kCompleted
+             : PollResult::kAborted;
+}
+
 }  // namespace transport
 }  // namespace optireduce

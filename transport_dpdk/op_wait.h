@@ -25,5 +25,11 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
                        const std::function<std::string()>& diagnostics = {},
                        const std::function<void(const std::string&)>& on_timeout = {});
 
+// A poll of the same completions: waits at most `slice` and, unlike a Gloo
+// wait, treats the end of the slice as no failure: the operation stays posted
+// and the context usable. Errors still raise gloo::IoException.
+enum class PollResult { kCompleted, kAborted, kNotYet };
+PollResult PollForCompletion(OpSink& sink, bool send, int* rank, std::chrono::milliseconds slice);
+
 }  // namespace transport
 }  // namespace optireduce

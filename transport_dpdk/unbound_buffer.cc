@@ -46,6 +46,10 @@ bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
                            [this](const std::string& why) { context_->FailAfterTimeout(why); });
 }
 
+PollResult UnboundBuffer::pollRecv(int* rank, std::chrono::milliseconds slice) {
+  return PollForCompletion(*sink_, false, rank, slice);
+}
+
 bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
                            [this] { return context_->engine().DebugState(context_->id()); },

@@ -3,6 +3,8 @@
 // through an OpSink.
 #pragma once
 
+#include "transport_dpdk/op_wait.h"
+
 #include <memory>
 
 #include <gloo/transport/unbound_buffer.h>
@@ -21,6 +23,11 @@ class UnboundBuffer : public ::gloo::transport::UnboundBuffer {
 
   bool waitRecv(int* rank, std::chrono::milliseconds timeout) override;
   bool waitSend(int* rank, std::chrono::milliseconds timeout) override;
+  // A receive wait of at most `slice` that is no Gloo wait: at the end of the
+  // slice it returns PollResult::kNotYet and the context stays usable (a Gloo
+  // wait that times out fails the context). For callers that poll, e.g.
+  // optireduce::allreduce's agreement exchange (BoundedChannel::PollRecv).
+  PollResult pollRecv(int* rank, std::chrono::milliseconds slice);
   void abortWaitRecv() override;
   void abortWaitSend() override;
 

@@ -5,6 +5,8 @@
 
 #include <gloo/common/error.h>
 
+#include "transport_dpdk/unbound_buffer.h"
+
 namespace optireduce {
 namespace transport {
 
@@ -89,6 +91,21 @@ void BoundedEndpoint::OnOperationDone(double loss_fraction, bool late) {
 
 void BoundedEndpoint::OnPeerFailed(int peer, const absl::Status& status) {
   receiver_.FailPeer(peer, status);
+}
+
+std::optional<bool> BoundedEndpoint::PollRecv(::gloo::transport::UnboundBuffer& buf, int* rank,
+                                              std::chrono::milliseconds slice) {
+  auto* ours = dynamic_cast<UnboundBuffer*>(&buf);
+  if (ours == nullptr) return BoundedChannel::PollRecv(buf, rank, slice);
+  switch (ours->pollRecv(rank, slice)) {
+    case PollResult::kCompleted:
+      return true;
+    case PollResult::kAborted:
+      return false;
+    case PollResult::kNotYet:
+      break;
+  }
+  return std::nullopt;
 }
 
 size_t BoundedEndpoint::PacketPayload() const { return engine_->BoundedPayload(); }
