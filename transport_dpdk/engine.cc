@@ -1352,9 +1352,7 @@ void Engine::Impl::TakeUnreachable() {
 
 // Only what needs the peer counts: a message from it that arrived whole and
 // waits for its recv (it may have finished and closed its context since), or
-// an announced one not matched yet, needs nothing more from it. Nor does the
-// bounded service: it absorbs a silent peer as loss by design (OptiReduce
-// mode); ContextFailure tells it when the context failed.
+// an announced one not matched yet, needs nothing more from it.
 bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
                                const std::vector<char>& posted_from) const {
   if (!p.unacked.empty() || !p.ctrl.empty() || !p.data_queue.empty() || !p.out_msgs.empty() ||
@@ -1370,7 +1368,9 @@ bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
        ++it) {
     if (!it->second->order.empty()) return true;
   }
-  return false;
+  // A bounded receive waiting for its data (OptiReduce mode absorbs a late or lossy peer,
+  // not a gone one).
+  return c.bounded.awaits && c.bounded.awaits(p.rank);
 }
 
 void Engine::Impl::CheckLiveness(Clock::time_point now) {
@@ -1468,6 +1468,9 @@ void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
   handshake_cv.notify_all();  // a connect waiting for this context's handshake ends
   c.failure = why;
   Bump(stats.contexts_failed);
+  // OptiReduce mode absorbs lateness and loss, not a gone peer: its waits end with the
+  // error too.
+  if (c.bounded.on_failed) c.bounded.on_failed(blamed, why);
   // Every pending operation fails; no memory of any of them is read or
   // written after this (the lock is held, and nothing of the context is
   // sent or applied any more).
@@ -1958,9 +1961,8 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
-  // A failed context sends nothing; the bounded service absorbs that as loss
-  // like any silent peer (OptiReduce mode asks ContextFailure).
-  if (c->failed) return absl::OkStatus();
+  // A failed context sends nothing: a send on it fails as every later operation does.
+  if (c->failed) return absl::UnavailableError(c->failure);
   if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
     return absl::InvalidArgumentError(absl::StrCat("bounded send to rank ", dst,
                                                    " which is not a connected peer"));

@@ -53,6 +53,12 @@ struct BoundedHooks {
   // `src` answered a repair request for `op`: it cannot serve it (its sources
   // are released, or with `not_started` it has not started the operation).
   std::function<void(int src, uint64_t op, bool not_started)> on_absent;
+  // True while a posted bounded receive waits for data from `peer`: the engine's
+  // liveness judges a peer while anything needs it, bounded receives included.
+  std::function<bool(int peer)> awaits;
+  // The context failed (Engine::FailContext): `blamed` is the gone peer (-1: a wait timed
+  // out, no peer to blame), `why` the error every operation of the context reports.
+  std::function<void(int blamed, const std::string& why)> on_failed;
 };
 
 class Engine {

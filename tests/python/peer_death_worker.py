@@ -1,7 +1,9 @@
 """One rank of a two-rank torch.distributed job whose rank 1 dies after one allreduce.
 
-Run by test_peer_death.py:  peer_death_worker.py RANK WORLD INIT_METHOD OUT_JSON HOW
-HOW = exit (os._exit) | kill (SIGKILL). init_process_group has a 120 s timeout; rank 0 keeps
+Run by test_peer_death.py:  peer_death_worker.py RANK WORLD INIT_METHOD OUT_JSON HOW [N [WARM]]
+HOW = exit (os._exit) | kill (SIGKILL); N elements per allreduce (default 1000), WARM
+allreduces before rank 1 dies (default 1: with GLOO_ALGO=optireduce, more take the job past
+calibration into bounded operations). init_process_group has a 120 s timeout; rank 0 keeps
 calling all_reduce and must raise long before it. Rank 1 writes {"died_at"} (wall clock)
 just before it dies; rank 0 writes {"raised", "message", "failed_at"}.
 """
@@ -14,6 +16,8 @@ import time
 
 rank, world, init_method, out_path, how = (int(sys.argv[1]), int(sys.argv[2]), sys.argv[3],
                                            sys.argv[4], sys.argv[5])
+elements = int(sys.argv[6]) if len(sys.argv) > 6 else 1000
+warm = int(sys.argv[7]) if len(sys.argv) > 7 else 1
 import optireduce  # noqa: F401  (must precede torch)
 
 import datetime
@@ -30,9 +34,11 @@ def write(obj):
 
 dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
-t = torch.ones(1000)
-dist.all_reduce(t)
-assert torch.equal(t, torch.full((1000,), float(world)))
+for i in range(warm):
+    t = torch.ones(elements)
+    dist.all_reduce(t)
+    if i == 0:  # exact (or, through the Hadamard transform, to rounding)
+        assert torch.allclose(t, torch.full((elements,), float(world)), rtol=1e-4)
 if rank == 1:
     write({"died_at": time.time()})
     if how == "kill":

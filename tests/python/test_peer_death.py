@@ -1,6 +1,7 @@
 """A two-rank torch.distributed job (backend gloo, 120 s timeout) whose rank 1 dies after
 one allreduce: rank 0's next allreduce must raise within the liveness bound, on our UDP
-device as on Gloo's TCP device, naming the dead rank on ours."""
+device as on Gloo's TCP device, naming the dead rank on ours; in OptiReduce mode too (past
+calibration, 4 MiB buckets), which absorbs lateness and loss but never a dead peer."""
 
 import json
 
@@ -27,3 +28,19 @@ def test_survivor_raises_soon(run_job, transport, how):
     assert took < 5.0, (took, survivor["message"])
     if transport == "UDP":
         assert "peer rank 1" in survivor["message"], survivor["message"]
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_optireduce_mode_survivor_raises_soon(run_job, how):
+    env = base_env(GLOO_ALGO="optireduce", GLOO_DEVICE_TRANSPORT="UDP")
+    job = run_job("peer_death_worker.py", 2, env, [how, str(1 << 20), "25"], expect_ok=False,
+                  timeout=100)
+    assert job.codes[0] == 0, f"survivor: exit {job.codes}\n{job.all_logs()}"
+    with open(job.outs[0]) as f:
+        survivor = json.load(f)
+    with open(job.outs[1]) as f:
+        victim = json.load(f)
+    assert survivor["raised"], job.all_logs()
+    took = survivor["failed_at"] - victim["died_at"]
+    assert took < 5.0, (took, survivor["message"])
+    assert "rank 1" in survivor["message"], survivor["message"]

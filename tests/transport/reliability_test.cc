@@ -5,8 +5,9 @@
 //    OPTIREDUCE_SOAK_SECONDS sets its length (default 60 s, and at least 600 iterations;
 //    see SECURITY.md).
 //  - PeerFailure: a rank SIGKILLed at each point of a bounded collective and during
-//    reliable TAR; survivors return (bounded: damage flagged) or raise (reliable) within
-//    their bounds; the killed rank restarts on its old port into a new job while the old
+//    reliable TAR; survivors' bounded operations return (damage flagged) until the
+//    transport finds the rank gone, then raise gloo::IoException naming it, within the
+//    liveness bound; reliable TAR raises likewise; the killed rank restarts on its old port into a new job while the old
 //    job's packets still arrive: the new job is exact and the stale packets are dropped.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -32,6 +32,19 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
   hooks.on_absent = [this](int src, uint64_t op, bool not_started) {
     receiver_.OnAbsent(op, src, not_started);
   };
+  hooks.awaits = [this](int peer) { return receiver_.Awaits(peer); };
+  hooks.on_failed = [this, size = engine_->ContextSize(ctx)](int blamed, const std::string& why) {
+    const absl::Status failure = absl::UnavailableError(why);
+    if (blamed >= 0) {
+      receiver_.FailPeer(blamed, failure);
+      return;
+    }
+    // A wait timed out: the context sends and applies nothing more, so no peer's data
+    // comes; every wait ends with the failure.
+    for (int peer = 0; peer < size; peer++) {
+      receiver_.FailPeer(peer, failure);
+    }
+  };
   engine_->SetBoundedHooks(ctx_, std::move(hooks));
 }
 

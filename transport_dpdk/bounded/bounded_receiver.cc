@@ -448,6 +448,21 @@ BoundedReceiverCounters BoundedReceiver::counters() const {
   return counters_;
 }
 
+bool BoundedReceiver::Awaits(int peer) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (failed_peers_.contains(peer)) return false;
+  for (const auto& [op, posted] : posted_) {
+    if (!posted->accepting) continue;
+    for (const Region& r : posted->regions) {
+      if (r.spec.peer == peer && r.bytes < r.spec.nbytes && !r.given_up && !r.released &&
+          r.failure.ok()) {
+        return true;
+      }
+    }
+  }
+  return false;
+}
+
 bool BoundedReceiver::HasStaged(uint64_t op) const {
   std::lock_guard<std::mutex> lock(mu_);
   return staged_.contains(op);

@@ -91,6 +91,10 @@ class BoundedReceiver {
   // and later; its payloads are dropped and counted.
   void FailPeer(int peer, const absl::Status& status);
 
+  // A posted receive still waits for data from `peer` (the transport's liveness judges
+  // the peer while one does).
+  bool Awaits(int peer) const;
+
   // Packets of `op` are staged: it is not posted here, but a peer sends it.
   bool HasStaged(uint64_t op) const;
 
