@@ -32,20 +32,22 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
     if (on_timeout) on_timeout(message);
     GLOO_THROW_IO_EXCEPTION(message, state);
   }
-  if (!sink.errors.empty()) {
-    std::string e = std::move(sink.errors.front());
-    sink.errors.pop_front();
-    GLOO_THROW_IO_EXCEPTION(e);
+  // As over Gloo's TCP: a completion that is ready is returned even when the
+  // context failed since (its bytes landed before), unless an abort interrupts
+  // this one wait (the completion then goes to the next); without one, the
+  // failure raises.
+  if (!done.empty() || sink.errors.empty()) {
+    if (aborted) {
+      aborted = false;
+      return false;
+    }
+    if (rank) *rank = done.front();
+    done.pop_front();
+    return true;
   }
-  // An abort wins over a completion that is ready (as over Gloo's TCP): it
-  // interrupts this one wait, and the completion goes to the next.
-  if (aborted) {
-    aborted = false;
-    return false;
-  }
-  if (rank) *rank = done.front();
-  done.pop_front();
-  return true;
+  std::string e = std::move(sink.errors.front());
+  sink.errors.pop_front();
+  GLOO_THROW_IO_EXCEPTION(e);
 }
 
 PollResult PollForCompletion(OpSink& sink, bool send, int* rank,

@@ -419,11 +419,12 @@ std::string ConnectUnanswered(const std::string& kind) {
   });
 }
 
-TEST(SemanticsConnect, UnansweredAddressFailsLikeTcp) {
-  const std::string tcp = ConnectUnanswered("tcp");
-  EXPECT_EQ(tcp, "throws IoException");
-  EXPECT_EQ(ConnectUnanswered("udp"), tcp);
-  EXPECT_EQ(ConnectUnanswered("loop"), tcp);
+// Gloo's TCP pair fails here only when it is the side that waits to be dialled (which side
+// dials follows from the two addresses, so it fails in about half the runs); ours always
+// fails: its handshake needs an answer from the peer's pair.
+TEST(SemanticsConnect, UnansweredAddressFails) {
+  EXPECT_EQ(ConnectUnanswered("udp"), "throws IoException");
+  EXPECT_EQ(ConnectUnanswered("loop"), "throws IoException");
 }
 
 TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {

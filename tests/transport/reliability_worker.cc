@@ -611,8 +611,14 @@ int PeerFail(int size) {
   {
     std::vector<char> junk(64 * 1024, 0x5a);
     if (BoundedChannel* old = optireduce::BoundedChannelOf(*ctx)) {
-      old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size(), /*estimated=*/false);
-      old->Detach(0x5a5a0);
+      // A bounded send on the failed context raises, as every later operation does.
+      bool raised = false;
+      try {
+        old->Send(victim, /*op=*/0x5a5a0, junk.data(), junk.size(), /*estimated=*/false);
+      } catch (const gloo::IoException&) {
+        raised = true;
+      }
+      CHECK_OR_DIE(raised, "a bounded send on the failed context did not raise");
     }
     // The old context failed when its reliable TAR found the victim gone, and a failed
     // context sends nothing more: send the new process datagrams of the old job (its
