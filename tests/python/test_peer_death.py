@@ -10,20 +10,26 @@ import pytest
 from conftest import base_env
 
 
-@pytest.mark.parametrize("how", ["exit", "kill"])
-@pytest.mark.parametrize("transport", ["TCP", "UDP"])
-def test_survivor_raises_soon(run_job, transport, how):
-    env = base_env(GLOO_ALGO="ring")
-    if transport != "TCP":
-        env["GLOO_DEVICE_TRANSPORT"] = transport
-    job = run_job("peer_death_worker.py", 2, env, [how], expect_ok=False, timeout=100)
+def survivor_of(run_job, env, args):
+    """Runs the job; returns what the survivor (rank 0) wrote and how long after rank 1's
+    death it raised."""
+    job = run_job("peer_death_worker.py", 2, env, args, expect_ok=False, timeout=100)
     assert job.codes[0] == 0, f"survivor: exit {job.codes}\n{job.all_logs()}"
     with open(job.outs[0]) as f:
         survivor = json.load(f)
     with open(job.outs[1]) as f:
         victim = json.load(f)
     assert survivor["raised"], job.all_logs()
-    took = survivor["failed_at"] - victim["died_at"]
+    return survivor, survivor["failed_at"] - victim["died_at"]
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+@pytest.mark.parametrize("transport", ["TCP", "UDP"])
+def test_survivor_raises_soon(run_job, transport, how):
+    env = base_env(GLOO_ALGO="ring")
+    if transport != "TCP":
+        env["GLOO_DEVICE_TRANSPORT"] = transport
+    survivor, took = survivor_of(run_job, env, [how])
     # Liveness bound 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s for a loaded machine. Never the 120 s.
     assert took < 5.0, (took, survivor["message"])
     if transport == "UDP":
@@ -33,14 +39,6 @@ def test_survivor_raises_soon(run_job, transport, how):
 @pytest.mark.parametrize("how", ["exit", "kill"])
 def test_optireduce_mode_survivor_raises_soon(run_job, how):
     env = base_env(GLOO_ALGO="optireduce", GLOO_DEVICE_TRANSPORT="UDP")
-    job = run_job("peer_death_worker.py", 2, env, [how, str(1 << 20), "25"], expect_ok=False,
-                  timeout=100)
-    assert job.codes[0] == 0, f"survivor: exit {job.codes}\n{job.all_logs()}"
-    with open(job.outs[0]) as f:
-        survivor = json.load(f)
-    with open(job.outs[1]) as f:
-        victim = json.load(f)
-    assert survivor["raised"], job.all_logs()
-    took = survivor["failed_at"] - victim["died_at"]
+    survivor, took = survivor_of(run_job, env, [how, str(1 << 20), "25"])
     assert took < 5.0, (took, survivor["message"])
     assert "rank 1" in survivor["message"], survivor["message"]
