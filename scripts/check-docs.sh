@@ -7,8 +7,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PATTERNS=(
-  '\bsessions? [0-9]'                 # "session 9", "sessions 3-5"
-  '\bissues? #?[0-9]'                 # "issue 5", "issue #5"
+  '\bsessions? [0-9]'                 # a numbered work session
+  '\bissues? #?[0-9]'                 # a numbered issue
   '\bnot kept\b'                      # "tried, not kept"
   '\btried (locally|and|but)\b'       # "tried locally, not committed"
   '\b20[0-9]{2}-[01][0-9]-[0-3][0-9]\b'   # dates
