@@ -295,47 +295,40 @@ def _plt():
     return plt
 
 
-def plot_sweep(rows, path):
+def _log_plot(series, path, xlabel, ylabel, xscale):
+    """One line per series (name -> [(x, y)]), log y, the page's figure size and style."""
     plt = _plt()
     fig, ax = plt.subplots(figsize=(5.5, 3.4))
+    for name, pts in series.items():
+        pts.sort()
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, linewidth=1.2)
+    ax.set_xscale(*xscale[:1], **xscale[1])
+    ax.set_yscale("log")
+    ax.set_xlabel(xlabel, fontsize=8)
+    ax.set_ylabel(ylabel, fontsize=8)
+    ax.tick_params(labelsize=7)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=80)
+    plt.close(fig)
+
+
+def plot_sweep(rows, path):
     series = {}
     for r in rows:
         series.setdefault("%s@%s" % (r["algorithm"], r["transport"]), []).append(
             (int(r["bytes"]), float(r["p50_us"]) / 1e3))
-    for name, pts in series.items():
-        pts.sort()
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, linewidth=1.2)
-    ax.set_xscale("log", base=2)
-    ax.set_yscale("log")
-    ax.set_xlabel("buffer (bytes)", fontsize=8)
-    ax.set_ylabel("p50 allreduce time (ms)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _log_plot(series, path, "buffer (bytes)", "p50 allreduce time (ms)", ("log", {"base": 2}))
 
 
 def plot_vs_loss(rows, path):
-    plt = _plt()
-    fig, ax = plt.subplots(figsize=(5.5, 3.4))
     series = {}
     for r in rows:
         series.setdefault(ALGO_NAMES.get(r["algo"], r["algo"]), []).append(
             (100 * r["loss"], float(r["p99_us"]) / 1e3))
-    for name, pts in series.items():
-        ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o", label=name, linewidth=1.2)
-    ax.set_xscale("symlog", linthresh=0.1)
-    ax.set_yscale("log")
-    ax.set_xlabel("per-packet loss (%)", fontsize=8)
-    ax.set_ylabel("p99 allreduce time (ms)", fontsize=8)
-    ax.tick_params(labelsize=7)
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=80)
-    plt.close(fig)
+    _log_plot(series, path, "per-packet loss (%)", "p99 allreduce time (ms)",
+              ("symlog", {"linthresh": 0.1}))
 
 
 # ---- the page ------------------------------------------------------------------------
