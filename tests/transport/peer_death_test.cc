@@ -37,21 +37,10 @@ using Case = std::tuple<std::string, std::string, std::string, std::string>;
 class PeerDeath : public ::testing::TestWithParam<Case> {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/optireduce_death_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    for (const char* d : {"store", "info", "memif"}) fs::create_directory(dir_ + "/" + d);
+    dir_ = MakeWorkerDir("optireduce_death", {"store", "info", "memif"});
+    ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override {
-    for (pid_t p : pids_) {
-      if (p > 0) {
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { KillWorkersAndRemove(pids_, dir_); }
   std::string Read(const std::string& name) {
     std::ifstream f(dir_ + "/info/" + name);
     std::stringstream ss;

@@ -59,21 +59,10 @@ uint16_t FreeUdpPort() {
 class ReliabilityProcesses : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/optireduce_reliability_XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    for (const char* d : {"/store1", "/store2", "/info"}) fs::create_directory(dir_ + d);
+    dir_ = MakeWorkerDir("optireduce_reliability", {"store1", "store2", "info"});
+    ASSERT_FALSE(dir_.empty());
   }
-  void TearDown() override {
-    for (pid_t p : pids_) {
-      if (p > 0) {
-        kill(p, SIGKILL);
-        waitpid(p, nullptr, 0);
-      }
-    }
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { KillWorkersAndRemove(pids_, dir_); }
 
   // Starts (or restarts) rank r; the environment (OPTIREDUCE_FAULTS) is inherited.
   void StartRank(int r, int n, const std::vector<std::string>& extra) {
