@@ -32,6 +32,17 @@ enum class MsgKind : uint8_t {
   kBuffer,   // written into the peer's registered old-style recv Buffer
 };
 
+// What BoundedHooks::read_source found for a bounded operation's source. The bounded
+// service's BoundedSources answers in the same terms.
+enum class SourceAccess : uint8_t {
+  kDone,        // the source was valid and handed to the callback
+  kGone,        // released: it is never served again
+  kBusy,        // its owner is changing it right now (try again; never blocks)
+  kNotStarted,  // this rank has not started the operation
+  kPending,     // not registered yet, but this rank is in the other phase of the same
+                // operation: a repair request is ignored (the requester asks again)
+};
+
 // The bounded service's hooks into a context (see bounded/bounded_endpoint.h).
 // Both run on the progress thread with the engine lock held: they must not
 // call back into the engine.
@@ -42,13 +53,10 @@ struct BoundedHooks {
                      size_t len, bool last, bool estimated)>
       on_data;
   // Calls fn(bytes, size, estimated) with the source of `op` sent to `peer`
-  // while it is valid; returns 1 when it did, 0 once the source is gone
-  // (released), -2 when this rank has not started `op`, -3 when it has not
-  // registered `op` yet but is in the other phase of the same operation (the
-  // request is ignored: the requester asks again), -1 when the source is busy
-  // right now (try again later; never blocks the progress thread).
-  std::function<int(uint64_t op, int peer,
-                    const std::function<void(const char*, size_t, bool)>& fn)>
+  // while it is valid (kDone); otherwise says why it did not (SourceAccess).
+  // Never blocks the progress thread.
+  std::function<SourceAccess(uint64_t op, int peer,
+                             const std::function<void(const char*, size_t, bool)>& fn)>
       read_source;
   // `src` answered a repair request for `op`: it cannot serve it (its sources
   // are released, or with `not_started` it has not started the operation).

@@ -26,7 +26,7 @@ void Engine::Impl::PumpBoundedSends(Ctx& c, Clock::time_point now,
   int n = 0;
   for (Peer& p : c.peers) {
     if (!p.connected || p.bounded_queue.empty()) continue;
-    if (p.bounded_queue.front().order == 0) {  // a repair: not subject to the limit
+    if (p.bounded_queue.front().is_repair()) {  // not subject to the limit
       PumpBounded(c, p, now, deadline);
       if (p.bounded_queue.empty()) continue;
     }
@@ -84,7 +84,7 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
     // takes packets (PumpBounded is called again shortly), so no local refusal is ever
     // seen by the receiver as network loss.
     bool past_end = false;
-    const int access = !c.bounded.read_source ? 0 :
+    const SourceAccess access = !c.bounded.read_source ? SourceAccess::kGone :
         c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n, bool est) {
           const uint64_t end = std::min<uint64_t>(j.ranges[j.range].second, n);
           if (j.next >= end) {
@@ -133,8 +133,8 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
           }
           tx_n = 0;
         });
-    if (access == -1) break;  // the owner is detaching its sources: next iteration
-    if (access != 1) {  // gone, not started or pending: nothing to send from
+    if (access == SourceAccess::kBusy) break;  // the owner is detaching its sources: next iteration
+    if (access != SourceAccess::kDone) {  // gone, not started or pending: nothing to send from
       p.bounded_queue.pop_front();
       continue;
     }
@@ -168,22 +168,28 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
     case PacketType::kRepair: {
       if (h.flags & kFlagAbsent) {
         Bump(stats.repair_absent_received);
-        if (c.bounded.on_absent) c.bounded.on_absent(p.rank, h.message_id, h.aux == 1);
+        if (c.bounded.on_absent) {
+          c.bounded.on_absent(p.rank, h.message_id,
+                              AbsentReasonOf(h) == AbsentReason::kNotStarted);
+        }
         return;
       }
       Bump(stats.repair_requests_received);
       // Data this rank cannot send (sources released, or the operation not started
       // here yet) is answered at once, so the requester stops waiting for it.
-      const int can = !c.bounded.read_source ? 0 :
+      const SourceAccess can = !c.bounded.read_source ? SourceAccess::kGone :
           c.bounded.read_source(h.message_id, p.rank, [](const char*, size_t, bool) {});
-      if (can == -3) return;  // its other phase is running here: asked again later
-      if (can == 0 || can == -2) {
+      // Its other phase is running here: asked again later.
+      if (can == SourceAccess::kPending) return;
+      if (can == SourceAccess::kGone || can == SourceAccess::kNotStarted) {
         WireHeader r;
         FillHeader(c, p, &r);
         r.type = static_cast<uint8_t>(PacketType::kRepair);
         r.flags = kFlagUnreliable | kFlagAbsent;
         r.message_id = h.message_id;
-        r.aux = can == -2 ? 1 : 0;
+        SetAbsentReason(can == SourceAccess::kNotStarted ? AbsentReason::kNotStarted
+                                                         : AbsentReason::kReleased,
+                        &r);
         Emit(p, r, nullptr, 0);
         Flush();
         Bump(stats.repair_absent_sent);
@@ -204,7 +210,7 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
       // (A send interrupted half way keeps its position and resumes after them.)
       auto at = p.bounded_queue.begin();
       size_t repairs = 0;
-      for (; at != p.bounded_queue.end() && at->order == 0; ++at, ++repairs) {
+      for (; at != p.bounded_queue.end() && at->is_repair(); ++at, ++repairs) {
         if (at->op != h.message_id) continue;
         BoundedJob& q = *at;
         for (size_t r = q.range; r < q.ranges.size(); ++r) {
@@ -229,10 +235,7 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
         Bump(stats.repair_requests_dropped);
         return;
       }
-      BoundedJob j;
-      j.op = h.message_id;
-      j.ranges = std::move(asked);
-      p.bounded_queue.insert(at, std::move(j));
+      p.bounded_queue.insert(at, BoundedJob::Repair(h.message_id, std::move(asked)));
       return;
     }
     default:
@@ -262,17 +265,13 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
                                                    " which is not a connected peer"));
   }
   Peer& p = c->peers[dst];
-  BoundedJob j;
-  j.op = op;
-  j.total = total;
-  j.ranges.emplace_back(0, total);
   // The last 1% of the packets (at least four, so that one lost packet does not turn
   // the early timeout into a deadline) carry kFlagLast.
   const uint64_t packets = (total + p.bounded_payload - 1) / p.bounded_payload;
   const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
-  j.last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
-  j.order = c->bounded_next_order++;
-  p.bounded_queue.push_back(std::move(j));
+  const uint64_t last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
+  p.bounded_queue.push_back(
+      BoundedJob::Send(op, total, last_from, c->bounded_next_order++));
   impl_->Kick(*c, p);
   return absl::OkStatus();
 }
@@ -340,7 +339,7 @@ size_t Engine::BoundedQueuedSends(uint32_t ctx, uint64_t op) const {
   if (!c) return 0;
   size_t n = 0;
   for (const Peer& p : c->peers) {
-    for (const BoundedJob& j : p.bounded_queue) n += j.op == op && j.order != 0 ? 1 : 0;
+    for (const BoundedJob& j : p.bounded_queue) n += j.op == op && !j.is_repair() ? 1 : 0;
   }
   return n;
 }

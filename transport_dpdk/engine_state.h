@@ -131,6 +131,26 @@ struct RecvBufferReg {
 // Unreliable bytes of one bounded operation still to send to a peer: the
 // whole source at first, or the ranges a repair request asked for.
 struct BoundedJob {
+  // The whole source of `op` (`total` bytes), the `order`-th send of its context;
+  // packets at or after `last_from` carry kFlagLast.
+  static BoundedJob Send(uint64_t op, uint64_t total, uint64_t last_from, uint64_t order) {
+    BoundedJob j;
+    j.op = op;
+    j.total = total;
+    j.ranges.emplace_back(0, total);
+    j.last_from = last_from;
+    j.order = order;
+    return j;
+  }
+  // The ranges of `op` a repair request asked for (served before every send).
+  static BoundedJob Repair(uint64_t op, std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+    BoundedJob j;
+    j.op = op;
+    j.ranges = std::move(ranges);
+    return j;
+  }
+  bool is_repair() const { return order == 0; }
+
   uint64_t op = 0;
   uint64_t total = 0;
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)

@@ -88,14 +88,19 @@ enum PacketFlags : uint16_t {
   // Bounded DATA whose bytes are an estimate: the sender's own inputs were
   // incomplete (a TAR shard owner that lost phase-1 contributions).
   kFlagEstimated = 1u << 4,
-  // kRepair answered by the sender that cannot serve it (empty payload): aux 0
-  // its sources of message_id are released, aux 1 it has not started that
-  // operation yet. The requester stops waiting for data that is not coming.
+  // kRepair answered by the sender that cannot serve it (empty payload; aux is
+  // an AbsentReason). The requester stops waiting for data that is not coming.
   kFlagAbsent = 1u << 5,
   // The checksum covers the header only (see the top of this file).
   kFlagHeaderChecksum = 1u << 6,
   kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast | kFlagEstimated |
                 kFlagAbsent | kFlagHeaderChecksum,
+};
+
+// Why a sender answers a repair request with kFlagAbsent (carried in aux).
+enum class AbsentReason : uint64_t {
+  kReleased = 0,    // its sources of message_id are released
+  kNotStarted = 1,  // it has not started that operation yet
 };
 
 struct WireHeader {
@@ -138,6 +143,16 @@ enum class ParseError : uint8_t {
   kCount,
 };
 const char* ParseErrorName(ParseError e);
+
+// The AbsentReason of a kRepair with kFlagAbsent (an unknown value reads as kReleased:
+// either way the requester stops waiting), and setting it.
+inline AbsentReason AbsentReasonOf(const WireHeader& h) {
+  return h.aux == static_cast<uint64_t>(AbsentReason::kNotStarted) ? AbsentReason::kNotStarted
+                                                                    : AbsentReason::kReleased;
+}
+inline void SetAbsentReason(AbsentReason reason, WireHeader* h) {
+  h->aux = static_cast<uint64_t>(reason);
+}
 
 // Serialises h (with h.checksum ignored) into out[0..kHeaderBytes) and fills
 // in the checksum over header + payload (header only if h.flags has

@@ -156,9 +156,9 @@ struct Pair {
     EXPECT_TRUE(e1->ConnectPeer(c1, 0, e0->LocalAddress(), c0, token, e0->MaxDatagram()).ok());
     BoundedHooks h0;
     h0.read_source = [this](uint64_t, int, const std::function<void(const char*, size_t, bool)>& fn) {
-      if (hold) return -1;
+      if (hold) return SourceAccess::kBusy;
       fn(source.data(), source.size(), false);
-      return 1;
+      return SourceAccess::kDone;
     };
     e0->SetBoundedHooks(c0, std::move(h0));
     BoundedHooks h1;

@@ -21,13 +21,13 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
   };
   hooks.read_source = [this](uint64_t op, int peer, const BoundedSources::ReadFn& fn) {
     switch (sources_.TryWith(op, peer, fn)) {
-      case BoundedSources::Access::kDone: return 1;
-      case BoundedSources::Access::kGone: return 0;
-      case BoundedSources::Access::kBusy: return -1;
-      case BoundedSources::Access::kNotStarted: return -2;
-      case BoundedSources::Access::kPending: return -3;
+      case BoundedSources::Access::kDone: return SourceAccess::kDone;
+      case BoundedSources::Access::kGone: return SourceAccess::kGone;
+      case BoundedSources::Access::kBusy: return SourceAccess::kBusy;
+      case BoundedSources::Access::kNotStarted: return SourceAccess::kNotStarted;
+      case BoundedSources::Access::kPending: return SourceAccess::kPending;
     }
-    return 0;
+    return SourceAccess::kGone;
   };
   hooks.on_absent = [this](int src, uint64_t op, bool not_started) {
     receiver_.OnAbsent(op, src, not_started);
