@@ -81,23 +81,24 @@ class Deadline {
   Clock::time_point end_;
 };
 
+// Built field by field (MakeJob): each value is named where it is set.
 struct Job {
   const Impl& gloo;
-  DataType type;
-  ReduceOp op;
-  bool hadamard;
+  DataType type{};
+  ReduceOp op{};
+  bool hadamard{};
   // Hadamard::kDefault in OptiReduce mode: the transform belongs to the bounded mode, so a
   // transport without a bounded service (exact TAR instead) runs without it.
-  bool hadamard_only_if_bounded;
-  uint64_t hadamard_seed;
-  int hadamard_log2_block;
-  size_t max_segment_bytes;
-  bool bounded;  // OptiReduce mode asked for, and the type/op allow it
-  double max_loss;
-  Compensation compensation;
-  TimeoutPolicy* policy;
-  BoundedChannel* channel;  // override; nullptr: the context transport's own
-  OpStats* stats_out;
+  bool hadamard_only_if_bounded{};
+  uint64_t hadamard_seed{};
+  int hadamard_log2_block{};
+  size_t max_segment_bytes{};
+  bool bounded{};  // OptiReduce mode asked for, and the type/op allow it
+  double max_loss{};
+  Compensation compensation{};
+  TimeoutPolicy* policy{};
+  BoundedChannel* channel{};  // override; nullptr: the context transport's own
+  OpStats* stats_out{};
 };
 
 // Waits for one completion on `buf` (a receive or a send) within the deadline; a timeout,
@@ -420,7 +421,7 @@ void Run(Job job) {
       std::function<bool()> peers_bounded;
       if (channel != nullptr && job.channel == nullptr && g.elements > 0) {
         peers_bounded = [channel, bounded_op] {
-          return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(bounded_op + 1);
+          return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(SiblingPhaseOp(bounded_op));
         };
       }
       if (!VerifyPeersAgree(job, slot_meta, deadline, channel, peers_bounded)) {
@@ -520,20 +521,21 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
       extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
   int log2_block = extras.hadamardLog2Block();
   if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
-  return Job{g,
-             type,
-             op,
-             mode != AllreduceOptions::Hadamard::kOff && float_sum,
-             by_default && bounded,
-             extras.hadamardSeed(),
-             log2_block,
-             extras.maxSegmentBytes(),
-             bounded,
-             extras.maxLoss(),
-             extras.compensation(),
-             policy,
-             extras.boundedChannel(),
-             extras.statsOutput()};
+  Job job{g};
+  job.type = type;
+  job.op = op;
+  job.hadamard = mode != AllreduceOptions::Hadamard::kOff && float_sum;
+  job.hadamard_only_if_bounded = by_default && bounded;
+  job.hadamard_seed = extras.hadamardSeed();
+  job.hadamard_log2_block = log2_block;
+  job.max_segment_bytes = extras.maxSegmentBytes();
+  job.bounded = bounded;
+  job.max_loss = extras.maxLoss();
+  job.compensation = extras.compensation();
+  job.policy = policy;
+  job.channel = extras.boundedChannel();
+  job.stats_out = extras.statsOutput();
+  return job;
 }
 
 }  // namespace

@@ -26,6 +26,11 @@ namespace optireduce {
 
 using BoundedClock = std::chrono::steady_clock;
 
+// Bounded operation ids come in pairs: the two phases of one operation (phase 1 an even
+// id, phase 2 the next one; BoundedOpId). The id of the other phase of `op`; the
+// algorithms and the transport's source bookkeeping both use it.
+constexpr uint64_t SiblingPhaseOp(uint64_t op) { return op ^ 1; }
+
 // Bytes [begin, end) of a region.
 struct ByteRange {
   size_t begin = 0;

@@ -286,7 +286,7 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const TransposePlan plan(a.elements, n);
   T* data = reinterpret_cast<T*>(a.data);
   const uint64_t op1 = a.op;
-  const uint64_t op2 = a.op + 1;
+  const uint64_t op2 = SiblingPhaseOp(op1);
   const auto start = Clock::now();
   const auto half = a.bound.bound / 2;
   const auto repair_end = start + a.bound.bound + a.bound.repair_budget;
@@ -382,10 +382,11 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
 }  // namespace
 
 uint64_t BoundedOpId(uint32_t tag, uint64_t counter, int phase) {
-  // Phase ids of one operation are consecutive (op, op + 1); the mix keeps operations of
+  // Phase ids of one operation are a pair (SiblingPhaseOp); the mix keeps operations of
   // different tags and counters apart.
-  return (internal::SplitMix64((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1}) +
-         (phase - 1);
+  const uint64_t first =
+      internal::SplitMix64((static_cast<uint64_t>(tag) << 40) ^ counter) & ~uint64_t{1};
+  return phase == 1 ? first : SiblingPhaseOp(first);
 }
 
 void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks) {

@@ -613,7 +613,7 @@ void BoundedSources::ForgetLocked(uint64_t op) {
 
 BoundedSources::Access BoundedSources::MissingLocked(uint64_t op) const {
   if (forgotten_.contains(op)) return Access::kGone;
-  return sources_.contains(op ^ 1) ? Access::kPending : Access::kNotStarted;
+  return sources_.contains(SiblingPhaseOp(op)) ? Access::kPending : Access::kNotStarted;
 }
 
 std::unique_lock<std::mutex> BoundedSources::LockForUpdate() const {
