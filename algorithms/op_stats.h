@@ -4,12 +4,26 @@
 
 #include <cstdint>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "algorithms/bounded_channel.h"
 
 namespace optireduce {
+
+// How an operation ran.
+enum class OpMode {
+  kNone,         // no operation recorded (a default OpStats)
+  kCalibration,  // ran reliably to calibrate the bound
+  kBounded,      // OptiReduce mode
+  kReliable,     // bounded mode not available on this transport or not for this type/op
+};
+// The name statistics print ("calibration", "bounded", "reliable"; "" for kNone): the
+// "mode" of OpStats::ToJson and of the JSON-lines log.
+const char* OpModeName(OpMode mode);
+// Prints OpModeName (test failure messages).
+std::ostream& operator<<(std::ostream& os, OpMode mode);
 
 struct PhaseStats {
   uint64_t bytes_expected = 0;
@@ -29,9 +43,7 @@ struct OpStats {
   uint64_t bytes = 0;
   int rank = 0;
   int size = 0;
-  // "calibration": ran reliably to calibrate the bound; "bounded": OptiReduce mode;
-  // "reliable": bounded mode not available on this transport or not for this type/op.
-  std::string mode;
+  OpMode mode = OpMode::kNone;
   double bound_ms = 0;
   bool bound_capped = false;
   // The Hadamard signs' seed (0: no transform): the same on every rank, new every operation.
