@@ -46,14 +46,14 @@ std::string OpStats::ToJson() const {
 }
 
 std::string CumulativeStats::ToJson() const {
-  return absl::StrCat(
-      "{\"ops\":", ops, ",\"calibration_ops\":", calibration_ops, ",\"bounded_ops\":",
-      bounded_ops, ",\"reliable_ops\":", reliable_ops, ",\"complete_phases\":", complete_phases,
-      ",\"early_timeout_phases\":", early_timeout_phases, ",\"deadline_phases\":",
-      deadline_phases, ",\"peer_timeout_phases\":", peer_timeout_phases,
-      ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
-      ",\"stragglers_given_up\":", stragglers_given_up,
-      ",\"bytes_expected\":", bytes_expected, ",\"bytes_received\":", bytes_received, "}");
+  std::string json = "{";
+  const char* separator = "";
+  auto fn = [&](const char* name, uint64_t value) {
+    absl::StrAppend(&json, separator, "\"", name, "\":", value);
+    separator = ",";
+  };
+  OPTIREDUCE_CUMULATIVE_STATS(OPTIREDUCE_COUNTER_VISIT)
+  return json + "}";
 }
 
 StatsRegistry& StatsRegistry::Get() {

@@ -280,25 +280,18 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
 
 std::string DeviceStatsJson() {
   transport::Stats sum;
-  uint64_t dropped = 0;
   int alive = 0;
   std::lock_guard<std::mutex> lock(devices_mu);
   for (const auto& weak : Devices()) {
     std::shared_ptr<transport::Device> d = weak.lock();
     if (!d) continue;
     alive++;
-    const transport::Stats s = d->stats();
-    sum.tx_packets += s.tx_packets;
-    sum.rx_packets += s.rx_packets;
-    sum.tx_bytes += s.tx_bytes;
-    sum.rx_bytes += s.rx_bytes;
-    sum.retransmits += s.retransmits;
-    dropped += s.TotalDropped();
+    sum += d->stats();
   }
   return absl::StrCat("{\"devices\": ", alive, ", \"tx_packets\": ", sum.tx_packets,
                       ", \"rx_packets\": ", sum.rx_packets, ", \"tx_bytes\": ", sum.tx_bytes,
                       ", \"rx_bytes\": ", sum.rx_bytes, ", \"retransmits\": ", sum.retransmits,
-                      ", \"dropped\": ", dropped, "}");
+                      ", \"dropped\": ", sum.TotalDropped(), "}");
 }
 
 }  // namespace gloo_ext
