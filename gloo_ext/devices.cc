@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/device.h"
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
 #endif
@@ -96,7 +96,7 @@ transport::dpdk::attr DpdkAttrOf(const Config& config) {
   transport::dpdk::attr attr;
   attr.eal_args = config.eal_args;
   if (!config.dpdk_file_prefix.empty()) {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
     // Appending to nothing would replace the backend's defaults with just the prefix.
     if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
 #endif
@@ -174,14 +174,14 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
 }
 
 bool HaveDpdkDevice() {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
   return true;
 #else
   return false;
 #endif
 }
 
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
 namespace {
 
 // "" when a device made from `have` serves a caller asking for `want`; else which setting
@@ -252,7 +252,7 @@ SharedDpdkDevice& SharedDpdk() {
 
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     const Config& config, const std::string& interface, const std::string& hostname) {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
   const transport::dpdk::attr attr = DpdkAttrOf(config);
   SharedDpdkDevice& shared = SharedDpdk();
   std::lock_guard<std::mutex> lock(shared.mu);
@@ -274,7 +274,7 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
 #else
   return absl::UnimplementedError(
       "GLOO_DEVICE_TRANSPORT=DPDK: this optireduce build has no DPDK device (built without "
-      "transport_dpdk/dpdk_device.h); use GLOO_DEVICE_TRANSPORT=UDP");
+      "libdpdk); use GLOO_DEVICE_TRANSPORT=UDP");
 #endif
 }
 
