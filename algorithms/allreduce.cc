@@ -432,7 +432,7 @@ void Run(Job job) {
     if (bounded) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
       const TimeBound bound = job.policy->BoundFor(bytes);
-      stats.mode = "bounded";
+      stats.mode = OpMode::kBounded;
       stats.op = bounded_op;
       stats.bound_ms = bound.bound.count() / 1000.0;
       stats.bound_capped = bound.capped;
@@ -455,11 +455,11 @@ void Run(Job job) {
       BoundedTranspose(args, &stats);
     } else {
       if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
-      stats.mode = channel != nullptr ? "calibration" : "reliable";
+      stats.mode = channel != nullptr ? OpMode::kCalibration : OpMode::kReliable;
     }
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     stats.duration_ms = elapsed.count() / 1000.0;
-    if (stats.mode == "calibration") {
+    if (stats.mode == OpMode::kCalibration) {
       // Outside the measured time: the bound must not include one-off page faults.
       PrepareBoundedTranspose(job.type, g.elements, ctx.rank, ctx.size);
       // The reduced shard a bounded operation detaches for late repairs.
@@ -467,15 +467,15 @@ void Run(Job job) {
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
-      if (stats.mode == "bounded" && stats.start_lag_ms >= 0) {
+      if (stats.mode == OpMode::kBounded && stats.start_lag_ms >= 0) {
         job.policy->RecordStartLag(
             bytes, std::chrono::microseconds(static_cast<int64_t>(stats.start_lag_ms * 1000)),
             stats.start_lag_gave_up);
       }
-      if (stats.mode == "bounded" && CutByDeadline(stats)) {
+      if (stats.mode == OpMode::kBounded && CutByDeadline(stats)) {
         job.policy->RecordCut(bytes, std::chrono::microseconds(
                                          static_cast<int64_t>(stats.bound_ms * 1000)));
-      } else if (stats.mode == "bounded" && CutByPeerTimeout(stats)) {
+      } else if (stats.mode == OpMode::kBounded && CutByPeerTimeout(stats)) {
         // A late peer, not the network, decided how long this one took: recording it would
         // let stragglers raise the bound (and with it the peer timeout) until they are
         // waited for again.

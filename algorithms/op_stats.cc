@@ -19,9 +19,24 @@ std::string PhaseJson(const PhaseStats& p) {
 
 }  // namespace
 
+const char* OpModeName(OpMode mode) {
+  switch (mode) {
+    case OpMode::kNone: return "";
+    case OpMode::kCalibration: return "calibration";
+    case OpMode::kBounded: return "bounded";
+    case OpMode::kReliable: return "reliable";
+  }
+  return "";
+}
+
+std::ostream& operator<<(std::ostream& os, OpMode mode) {
+  const char* name = OpModeName(mode);
+  return os << (*name != '\0' ? name : "none");
+}
+
 std::string OpStats::ToJson() const {
   return absl::StrCat("{\"op\":", op, ",\"tag\":", tag, ",\"bytes\":", bytes, ",\"rank\":", rank,
-                      ",\"size\":", size, ",\"mode\":\"", mode, "\",\"bound_ms\":", bound_ms,
+                      ",\"size\":", size, ",\"mode\":\"", OpModeName(mode), "\",\"bound_ms\":", bound_ms,
                       ",\"bound_capped\":", bound_capped ? "true" : "false",
                       ",\"start_grace_ms\":", start_grace_ms, ",\"start_lag_ms\":", start_lag_ms,
                       ",\"start_lag_gave_up\":", start_lag_gave_up ? "true" : "false",
@@ -31,14 +46,14 @@ std::string OpStats::ToJson() const {
 }
 
 std::string CumulativeStats::ToJson() const {
-  return absl::StrCat(
-      "{\"ops\":", ops, ",\"calibration_ops\":", calibration_ops, ",\"bounded_ops\":",
-      bounded_ops, ",\"reliable_ops\":", reliable_ops, ",\"complete_phases\":", complete_phases,
-      ",\"early_timeout_phases\":", early_timeout_phases, ",\"deadline_phases\":",
-      deadline_phases, ",\"peer_timeout_phases\":", peer_timeout_phases,
-      ",\"repaired_ops\":", repaired_ops, ",\"damaged_ops\":", damaged_ops,
-      ",\"stragglers_given_up\":", stragglers_given_up,
-      ",\"bytes_expected\":", bytes_expected, ",\"bytes_received\":", bytes_received, "}");
+  std::string json = "{";
+  const char* separator = "";
+  auto fn = [&](const char* name, uint64_t value) {
+    absl::StrAppend(&json, separator, "\"", name, "\":", value);
+    separator = ",";
+  };
+  OPTIREDUCE_CUMULATIVE_STATS(OPTIREDUCE_COUNTER_VISIT)
+  return json + "}";
 }
 
 StatsRegistry& StatsRegistry::Get() {
@@ -57,10 +72,10 @@ void StatsRegistry::Record(const OpStats& s) {
   std::lock_guard<std::mutex> lock(mu_);
   last_ = s;
   total_.ops++;
-  if (s.mode == "calibration") total_.calibration_ops++;
-  if (s.mode == "bounded") total_.bounded_ops++;
-  if (s.mode == "reliable") total_.reliable_ops++;
-  if (s.mode == "bounded") {
+  if (s.mode == OpMode::kCalibration) total_.calibration_ops++;
+  if (s.mode == OpMode::kBounded) total_.bounded_ops++;
+  if (s.mode == OpMode::kReliable) total_.reliable_ops++;
+  if (s.mode == OpMode::kBounded) {
     for (const PhaseStats& p : s.phase) {
       if (p.end == PhaseEnd::kComplete) total_.complete_phases++;
       if (p.end == PhaseEnd::kEarlyTimeout) total_.early_timeout_phases++;

@@ -4,12 +4,27 @@
 
 #include <cstdint>
 #include <mutex>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "algorithms/bounded_channel.h"
+#include "transport_dpdk/counter_list.h"
 
 namespace optireduce {
+
+// How an operation ran.
+enum class OpMode {
+  kNone,         // no operation recorded (a default OpStats)
+  kCalibration,  // ran reliably to calibrate the bound
+  kBounded,      // OptiReduce mode
+  kReliable,     // bounded mode not available on this transport or not for this type/op
+};
+// The name statistics print ("calibration", "bounded", "reliable"; "" for kNone): the
+// "mode" of OpStats::ToJson and of the JSON-lines log.
+const char* OpModeName(OpMode mode);
+// Prints OpModeName (test failure messages).
+std::ostream& operator<<(std::ostream& os, OpMode mode);
 
 struct PhaseStats {
   uint64_t bytes_expected = 0;
@@ -29,9 +44,7 @@ struct OpStats {
   uint64_t bytes = 0;
   int rank = 0;
   int size = 0;
-  // "calibration": ran reliably to calibrate the bound; "bounded": OptiReduce mode;
-  // "reliable": bounded mode not available on this transport or not for this type/op.
-  std::string mode;
+  OpMode mode = OpMode::kNone;
   double bound_ms = 0;
   bool bound_capped = false;
   // The Hadamard signs' seed (0: no transform): the same on every rank, new every operation.
@@ -65,20 +78,17 @@ struct OpStats {
   }
 };
 
+// CumulativeStats' counters, by name (see transport_dpdk/counter_list.h): ToJson exports
+// them under these names.
+#define OPTIREDUCE_CUMULATIVE_STATS(X)                                         \
+  X(ops) X(calibration_ops) X(bounded_ops) X(reliable_ops)                     \
+  X(complete_phases) X(early_timeout_phases) X(deadline_phases)                \
+  X(peer_timeout_phases) X(repaired_ops) X(damaged_ops)                        \
+  X(stragglers_given_up) /* ops that stopped waiting for a peer to start */    \
+  X(bytes_expected) X(bytes_received)
+
 struct CumulativeStats {
-  uint64_t ops = 0;
-  uint64_t calibration_ops = 0;
-  uint64_t bounded_ops = 0;
-  uint64_t reliable_ops = 0;
-  uint64_t complete_phases = 0;
-  uint64_t early_timeout_phases = 0;
-  uint64_t deadline_phases = 0;
-  uint64_t peer_timeout_phases = 0;
-  uint64_t repaired_ops = 0;
-  uint64_t damaged_ops = 0;
-  uint64_t stragglers_given_up = 0;  // ops that stopped waiting for a peer to start
-  uint64_t bytes_expected = 0;
-  uint64_t bytes_received = 0;
+  OPTIREDUCE_CUMULATIVE_STATS(OPTIREDUCE_COUNTER_FIELD)
   std::string ToJson() const;
 };
 

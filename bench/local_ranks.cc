@@ -26,16 +26,12 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/transport/tcp/device.h>
 
-// Transports on their own branches plug in here once their code is in the library.
-#if __has_include("transport_dpdk/device.h")
 #include "transport_dpdk/device.h"
-#define OPTIREDUCE_BENCH_HAVE_UDP 1
-#endif
-#if __has_include("transport_dpdk/dpdk_device.h")
+// The DPDK device is in the library only when it was built with libdpdk.
+#ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
 #include "transport_dpdk/packet_io_dpdk.h"
-#define OPTIREDUCE_BENCH_HAVE_DPDK 1
 #endif
 
 namespace optireduce {
@@ -73,10 +69,8 @@ optireduce::gloo_ext::Config LibraryConfig() {
 
 std::string AvailableTransports() {
   std::string s = "tcp";
-#ifdef OPTIREDUCE_BENCH_HAVE_UDP
   s += ", udp";
-#endif
-#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+#ifdef OPTIREDUCE_HAVE_DPDK
   s += ", dpdk";
 #endif
   return s;
@@ -89,7 +83,6 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     else if (!spec.hostname.empty()) attr.hostname = spec.hostname;
     return gloo::transport::tcp::CreateDevice(attr);
   }
-#ifdef OPTIREDUCE_BENCH_HAVE_UDP
   if (spec.transport == "udp") {
     // The library's variables (OPTIREDUCE_UDP_OFFLOAD, OPTIREDUCE_FAULTS, ...) apply as in a
     // PyTorch job, parsed by the library's own reader (its spellings and error messages),
@@ -101,8 +94,7 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     attr.engine.busy_poll = spec.busy_poll;
     return optireduce::transport::udp::CreateDevice(attr);
   }
-#endif
-#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+#ifdef OPTIREDUCE_HAVE_DPDK
   if (spec.transport == "dpdk") {
     // As for udp: the library's OPTIREDUCE_EAL_ARGS, _DPDK_PORTS, _DPDK_TX_COPY, ... apply;
     // RunLocalRanks's memif mesh (spec.eal_args) replaces the EAL arguments.
@@ -113,7 +105,6 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     return optireduce::transport::dpdk::CreateDevice(attr);
   }
 #endif
-  (void)&Ipv4OfInterface;
   throw std::invalid_argument("transport '" + spec.transport +
                               "' is not available in this build (allowed: " +
                               AvailableTransports() + ")");
@@ -127,7 +118,7 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& transport
 }
 
 void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int size) {
-#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+#ifdef OPTIREDUCE_HAVE_DPDK
   // One memif link per rank pair, sockets in `dir` (next to the FileStore's files). memif
   // is lossless (back-pressure) and needs neither root nor hugepages.
   if (spec->transport != "dpdk" || !LibraryConfig().eal_args.empty()) return;
@@ -219,21 +210,19 @@ int RunLocalRanks(int size, const std::string& transport, int limit_seconds,
     auto device = MakeDevice(spec);
     context->connectFullMesh(store, device);
     const int status = body(RankEnv{rank, size, context});
-#ifdef OPTIREDUCE_BENCH_HAVE_UDP
     // OPTIREDUCE_BENCH_STATS=1: each rank prints its engine's counters (datagram
     // transports) to stderr, for finding where a slow run loses its time.
     if (optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_BENCH_STATS").has_value()) {
       if (auto* d = dynamic_cast<optireduce::transport::Device*>(device.get())) {
         std::fprintf(stderr, "rank %d %s: %s\n", rank, d->str().c_str(),
                      d->stats().ToString().c_str());
-#ifdef OPTIREDUCE_BENCH_HAVE_DPDK
+#ifdef OPTIREDUCE_HAVE_DPDK
         if (auto* io = dynamic_cast<optireduce::transport::DpdkPacketIo*>(d->engine()->io())) {
           std::fprintf(stderr, "rank %d dpdk ports: %s\n", rank, io->CountersString().c_str());
         }
 #endif
       }
     }
-#endif
     return status;
   });
 }

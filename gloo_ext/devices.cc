@@ -14,7 +14,7 @@
 #include "absl/strings/str_join.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/device.h"
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
 #endif
@@ -96,7 +96,7 @@ transport::dpdk::attr DpdkAttrOf(const Config& config) {
   transport::dpdk::attr attr;
   attr.eal_args = config.eal_args;
   if (!config.dpdk_file_prefix.empty()) {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
     // Appending to nothing would replace the backend's defaults with just the prefix.
     if (attr.eal_args.empty()) attr.eal_args = transport::dpdk::DefaultEalArgs();
 #endif
@@ -174,14 +174,14 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
 }
 
 bool HaveDpdkDevice() {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
   return true;
 #else
   return false;
 #endif
 }
 
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
 namespace {
 
 // "" when a device made from `have` serves a caller asking for `want`; else which setting
@@ -252,7 +252,7 @@ SharedDpdkDevice& SharedDpdk() {
 
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     const Config& config, const std::string& interface, const std::string& hostname) {
-#if OPTIREDUCE_HAVE_DPDK_DEVICE
+#ifdef OPTIREDUCE_HAVE_DPDK
   const transport::dpdk::attr attr = DpdkAttrOf(config);
   SharedDpdkDevice& shared = SharedDpdk();
   std::lock_guard<std::mutex> lock(shared.mu);
@@ -274,31 +274,24 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
 #else
   return absl::UnimplementedError(
       "GLOO_DEVICE_TRANSPORT=DPDK: this optireduce build has no DPDK device (built without "
-      "transport_dpdk/dpdk_device.h); use GLOO_DEVICE_TRANSPORT=UDP");
+      "libdpdk); use GLOO_DEVICE_TRANSPORT=UDP");
 #endif
 }
 
 std::string DeviceStatsJson() {
   transport::Stats sum;
-  uint64_t dropped = 0;
   int alive = 0;
   std::lock_guard<std::mutex> lock(devices_mu);
   for (const auto& weak : Devices()) {
     std::shared_ptr<transport::Device> d = weak.lock();
     if (!d) continue;
     alive++;
-    const transport::Stats s = d->stats();
-    sum.tx_packets += s.tx_packets;
-    sum.rx_packets += s.rx_packets;
-    sum.tx_bytes += s.tx_bytes;
-    sum.rx_bytes += s.rx_bytes;
-    sum.retransmits += s.retransmits;
-    dropped += s.TotalDropped();
+    sum += d->stats();
   }
   return absl::StrCat("{\"devices\": ", alive, ", \"tx_packets\": ", sum.tx_packets,
                       ", \"rx_packets\": ", sum.rx_packets, ", \"tx_bytes\": ", sum.tx_bytes,
                       ", \"rx_bytes\": ", sum.rx_bytes, ", \"retransmits\": ", sum.retransmits,
-                      ", \"dropped\": ", dropped, "}");
+                      ", \"dropped\": ", sum.TotalDropped(), "}");
 }
 
 }  // namespace gloo_ext

@@ -54,33 +54,16 @@ InterposerCounters& Counters() {
   return *counters;
 }
 
-void ResetCounters() {
-  InterposerCounters& c = Counters();
-  for (std::atomic<uint64_t>* a :
-       {&c.calls, &c.tar_calls, &c.optireduce_calls, &c.forwarded_calls, &c.forwarded_ring,
-        &c.forwarded_explicit_algorithm, &c.forwarded_unsupported_type,
-        &c.forwarded_unsupported_op, &c.errors, &c.bytes_tar, &c.bytes_optireduce,
-        &c.bytes_forwarded}) {
-    a->store(0);
-  }
-}
+void ResetCounters() { Counters().Reset(); }
 
 std::string CountersJson() {
-  const InterposerCounters& c = Counters();
-  auto field = [](const char* name, const std::atomic<uint64_t>& v) {
-    return absl::StrCat("\"", name, "\": ", v.load(std::memory_order_relaxed));
-  };
-  return absl::StrCat(
-      "{", field("calls", c.calls), ", ", field("tar_calls", c.tar_calls), ", ",
-      field("optireduce_calls", c.optireduce_calls), ", ",
-      field("forwarded_calls", c.forwarded_calls), ", ",
-      field("forwarded_ring", c.forwarded_ring), ", ",
-      field("forwarded_explicit_algorithm", c.forwarded_explicit_algorithm), ", ",
-      field("forwarded_unsupported_type", c.forwarded_unsupported_type), ", ",
-      field("forwarded_unsupported_op", c.forwarded_unsupported_op), ", ",
-      field("errors", c.errors), ", ", field("bytes_tar", c.bytes_tar), ", ",
-      field("bytes_optireduce", c.bytes_optireduce), ", ",
-      field("bytes_forwarded", c.bytes_forwarded), "}");
+  std::string json = "{";
+  const char* separator = "";
+  Counters().ForEach([&](const char* name, uint64_t value) {
+    absl::StrAppend(&json, separator, "\"", name, "\": ", value);
+    separator = ", ";
+  });
+  return json + "}";
 }
 
 AllreduceFn RealAllreduce() {

@@ -16,22 +16,33 @@
 
 #include <gloo/allreduce.h>
 
+#include "transport_dpdk/counter_list.h"
+
 namespace optireduce {
 namespace gloo_ext {
 
+// The interposer's counters, by name (see transport_dpdk/counter_list.h): CountersJson
+// exports them under these names.
+#define OPTIREDUCE_INTERPOSER_COUNTERS(X)                                            \
+  X(calls)                                                                           \
+  X(tar_calls)                    /* GLOO_ALGO=transpose, run by TAR */              \
+  X(optireduce_calls)             /* GLOO_ALGO=optireduce, run by RunOptiReduce */   \
+  X(forwarded_calls)              /* sum of the forwarded_* reasons below */         \
+  X(forwarded_ring)               /* GLOO_ALGO=ring */                               \
+  X(forwarded_explicit_algorithm) /* caller chose RING/BCUBE */                      \
+  X(forwarded_unsupported_type)   /* e.g. float16, custom types */                   \
+  X(forwarded_unsupported_op)     /* e.g. bitwise and/or/xor */                      \
+  X(errors)                       /* calls that threw (any path) */                  \
+  X(bytes_tar) X(bytes_optireduce) X(bytes_forwarded)
+
 struct InterposerCounters {
-  std::atomic<uint64_t> calls{0};
-  std::atomic<uint64_t> tar_calls{0};         // GLOO_ALGO=transpose, run by TAR
-  std::atomic<uint64_t> optireduce_calls{0};  // GLOO_ALGO=optireduce, run by RunOptiReduce
-  std::atomic<uint64_t> forwarded_calls{0};   // sum of the forwarded_* reasons below
-  std::atomic<uint64_t> forwarded_ring{0};    // GLOO_ALGO=ring
-  std::atomic<uint64_t> forwarded_explicit_algorithm{0};  // caller chose RING/BCUBE
-  std::atomic<uint64_t> forwarded_unsupported_type{0};    // e.g. float16, custom types
-  std::atomic<uint64_t> forwarded_unsupported_op{0};      // e.g. bitwise and/or/xor
-  std::atomic<uint64_t> errors{0};            // calls that threw (any path)
-  std::atomic<uint64_t> bytes_tar{0};
-  std::atomic<uint64_t> bytes_optireduce{0};
-  std::atomic<uint64_t> bytes_forwarded{0};
+  OPTIREDUCE_INTERPOSER_COUNTERS(OPTIREDUCE_ATOMIC_COUNTER_FIELD)
+  void Reset() { OPTIREDUCE_INTERPOSER_COUNTERS(OPTIREDUCE_COUNTER_RESET) }
+  // Calls fn(name, value) for every counter, in list order.
+  template <typename Fn>
+  void ForEach(Fn&& fn) const {
+    OPTIREDUCE_INTERPOSER_COUNTERS(OPTIREDUCE_COUNTER_VISIT)
+  }
 };
 
 InterposerCounters& Counters();

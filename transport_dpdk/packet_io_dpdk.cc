@@ -648,25 +648,17 @@ bool DpdkPacketIo::SendRawFrame(size_t index, const uint8_t* frame, size_t len) 
   return true;
 }
 
-DpdkPacketIo::Counters DpdkPacketIo::counters() const {
-  Counters r;
-  auto ld = [](const std::atomic<uint64_t>& a) { return a.load(std::memory_order_relaxed); };
-  r.tx_frames = ld(c_.tx_frames);
-  r.tx_backpressure = ld(c_.tx_backpressure);
-  r.tx_deferred = ld(c_.tx_deferred);
-  r.tx_flooded = ld(c_.tx_flooded);
-  r.tx_zero_copy = ld(c_.tx_zero_copy);
-  r.tx_linearized = ld(c_.tx_linearized);
-  r.rx_frames = ld(c_.rx_frames);
-  r.rx_delivered = ld(c_.rx_delivered);
-  r.hellos_sent = ld(c_.hellos_sent);
-  r.hellos_received = ld(c_.hellos_received);
+DpdkPacketIo::Counters DpdkPacketIo::AtomicCounters::Snapshot() const {
+  Counters snapshot;
+  OPTIREDUCE_DPDK_IO_COUNTERS(OPTIREDUCE_COUNTER_SNAPSHOT)
   for (int i = 0; i < static_cast<int>(Verdict::kCount); ++i) {
-    r.rx_dropped[i] = ld(c_.rx_dropped[i]);
-    r.rx_dropped_total += r.rx_dropped[i];
+    snapshot.rx_dropped[i] = CounterValue(rx_dropped[i]);
+    snapshot.rx_dropped_total += snapshot.rx_dropped[i];
   }
-  return r;
+  return snapshot;
 }
+
+DpdkPacketIo::Counters DpdkPacketIo::counters() const { return c_.Snapshot(); }
 
 std::string DpdkPacketIo::CountersString() const {
   Counters c = counters();

@@ -17,12 +17,26 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "transport_dpdk/counter_list.h"
 #include "transport_dpdk/dpdk_attr.h"
 #include "transport_dpdk/dpdk_frame.h"
 #include "transport_dpdk/dpdk_port.h"
 #include "transport_dpdk/packet_io.h"
 
 struct rte_mbuf;
+
+// DpdkPacketIo's counters, by name (see counter_list.h); drops by Verdict are counted
+// apart (rx_dropped).
+#define OPTIREDUCE_DPDK_IO_COUNTERS(X)                                      \
+  X(tx_frames)       /* datagrams handed to a port */                       \
+  X(tx_backpressure) /* datagrams refused (backlog full / pool empty) */    \
+  X(tx_deferred)     /* frames that waited in a port's backlog */           \
+  X(tx_zero_copy)    /* frames whose body the PMD copied from the caller */ \
+  X(tx_linearized)   /* of those, copied by us to wait in a backlog */      \
+  X(tx_flooded)      /* datagrams sent on every mesh port */                \
+  X(rx_frames)       /* frames received (all kinds) */                      \
+  X(rx_delivered)    /* datagrams handed to the engine */                   \
+  X(hellos_sent) X(hellos_received)
 
 namespace optireduce {
 namespace transport {
@@ -48,16 +62,7 @@ class DpdkPacketIo : public PacketIo {
   bool ProtectsPayload() const override;
 
   struct Counters {
-    uint64_t tx_frames = 0;       // datagrams handed to a port
-    uint64_t tx_backpressure = 0; // datagrams refused (backlog full / pool empty)
-    uint64_t tx_deferred = 0;     // frames that waited in a port's backlog
-    uint64_t tx_zero_copy = 0;    // frames whose body the PMD copied from the caller
-    uint64_t tx_linearized = 0;   // of those, copied by us to wait in a backlog
-    uint64_t tx_flooded = 0;      // datagrams sent on every mesh port
-    uint64_t rx_frames = 0;       // frames received (all kinds)
-    uint64_t rx_delivered = 0;    // datagrams handed to the engine
-    uint64_t hellos_sent = 0;
-    uint64_t hellos_received = 0;
+    OPTIREDUCE_DPDK_IO_COUNTERS(OPTIREDUCE_COUNTER_FIELD)
     uint64_t rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
     uint64_t rx_dropped_total = 0;
   };
@@ -148,10 +153,9 @@ class DpdkPacketIo : public PacketIo {
   size_t rx_next_port_ = 0;
 
   struct AtomicCounters {
-    std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_deferred{0}, tx_flooded{0},
-        tx_zero_copy{0}, tx_linearized{0},
-        rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0};
+    OPTIREDUCE_DPDK_IO_COUNTERS(OPTIREDUCE_ATOMIC_COUNTER_FIELD)
     std::atomic<uint64_t> rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
+    Counters Snapshot() const;
   } c_;
 };
 

@@ -39,56 +39,21 @@ std::string Stats::ToString() const {
   return s;
 }
 
+Stats& Stats::operator+=(const Stats& other) {
+  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_COUNTER_ADD)
+  for (int i = 0; i < static_cast<int>(ParseError::kCount); ++i) malformed[i] += other.malformed[i];
+  bad_checksum += other.bad_checksum;
+  return *this;
+}
+
 Stats AtomicStats::Snapshot() const {
-  Stats s;
-  auto r = [](const std::atomic<uint64_t>& a) {
-    return a.load(std::memory_order_relaxed);
-  };
-  s.tx_packets = r(tx_packets);
-  s.tx_bytes = r(tx_bytes);
-  s.tx_backpressure = r(tx_backpressure);
-  s.rx_packets = r(rx_packets);
-  s.rx_bytes = r(rx_bytes);
-  s.retransmits = r(retransmits);
-  s.rto_events = r(rto_events);
-  s.fast_retransmits = r(fast_retransmits);
-  s.retransmitted_bytes = r(retransmitted_bytes);
-  s.tlp_probes = r(tlp_probes);
-  s.spurious_retransmits = r(spurious_retransmits);
-  s.duplicates = r(duplicates);
-  s.acks_sent = r(acks_sent);
-  s.acks_received = r(acks_received);
-  s.eager_messages = r(eager_messages);
-  s.rendezvous_messages = r(rendezvous_messages);
+  Stats snapshot;
+  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_COUNTER_SNAPSHOT)
   for (int i = 0; i < static_cast<int>(ParseError::kCount); ++i) {
-    s.malformed[i] = r(malformed[i]);
+    snapshot.malformed[i] = CounterValue(malformed[i]);
   }
-  s.bad_checksum = s.malformed[static_cast<int>(ParseError::kBadChecksum)];
-  s.bad_token = r(bad_token);
-  s.bad_context = r(bad_context);
-  s.bad_rank = r(bad_rank);
-  s.bad_offset = r(bad_offset);
-  s.unknown_message = r(unknown_message);
-  s.out_of_window = r(out_of_window);
-  s.unsupported = r(unsupported);
-  s.failed_context = r(failed_context);
-  s.early_kept = r(early_kept);
-  s.early_dropped = r(early_dropped);
-  s.bounded_tx_packets = r(bounded_tx_packets);
-  s.bounded_rx_packets = r(bounded_rx_packets);
-  s.repair_requests_sent = r(repair_requests_sent);
-  s.repair_requests_received = r(repair_requests_received);
-  s.repair_absent_sent = r(repair_absent_sent);
-  s.repair_absent_received = r(repair_absent_received);
-  s.pings_sent = r(pings_sent);
-  s.pongs_received = r(pongs_received);
-  s.peers_unreachable = r(peers_unreachable);
-  s.peers_dead = r(peers_dead);
-  s.contexts_failed = r(contexts_failed);
-  s.bounded_tx_deferred = r(bounded_tx_deferred);
-  s.repair_requests_merged = r(repair_requests_merged);
-  s.repair_requests_dropped = r(repair_requests_dropped);
-  return s;
+  snapshot.bad_checksum = snapshot.malformed[static_cast<int>(ParseError::kBadChecksum)];
+  return snapshot;
 }
 
 }  // namespace transport

@@ -5,75 +5,65 @@
 #include <cstdint>
 #include <string>
 
+#include "transport_dpdk/counter_list.h"
 #include "transport_dpdk/wire_format.h"
 
 namespace optireduce {
 namespace transport {
 
+// The engine's counters, by name (see counter_list.h). Drops, by reason, never touch user
+// memory; malformed datagrams are counted by ParseError in `malformed` (below).
+#define OPTIREDUCE_ENGINE_COUNTERS(X)                                                    \
+  X(tx_packets) X(tx_bytes) X(tx_backpressure)                                           \
+  X(rx_packets) X(rx_bytes)                                                              \
+  /* fast_retransmits: packets found lost by the ack clock (RACK), not an RTO. */        \
+  X(retransmits) X(rto_events) X(fast_retransmits)                                       \
+  X(retransmitted_bytes)  /* payload bytes resent */                                     \
+  X(tlp_probes)           /* tail-loss probes */                                         \
+  X(spurious_retransmits) /* resends the receiver reported duplicate */                  \
+  X(duplicates)           /* seq already received (re-acked) */                          \
+  X(acks_sent) X(acks_received)                                                          \
+  X(eager_messages) X(rendezvous_messages)                                               \
+  X(bad_token)       /* session token of another job */                                  \
+  X(bad_context)     /* no such context on this device */                                \
+  X(bad_rank)        /* src/dst rank unknown or not connected */                         \
+  X(bad_offset)      /* data outside the message or the target */                        \
+  X(unknown_message) /* message id/slot/kind that does not match */                      \
+  X(out_of_window)   /* seq beyond the receive window */                                 \
+  X(unsupported)     /* packets of a kind this context cannot take */                    \
+  X(failed_context)  /* for a context that failed (peer gone, timeout) */                \
+  /* Datagrams that arrived before their sender was connected: kept and applied once */ \
+  /* it is, or dropped beyond the bound (the sender retransmits them). */                \
+  X(early_kept) X(early_dropped)                                                         \
+  /* Bounded service (OptiReduce mode). */                                               \
+  X(bounded_tx_packets) X(bounded_rx_packets)                                            \
+  X(repair_requests_sent) X(repair_requests_received)                                    \
+  X(repair_absent_sent) X(repair_absent_received) /* "cannot serve" answers */           \
+  /* Peer liveness: probes and answers, ICMP port-unreachable reports mapped to a */     \
+  /* peer, peers declared gone, contexts failed (by a gone peer or a timed-out wait). */ \
+  X(pings_sent) X(pongs_received)                                                        \
+  X(peers_unreachable) X(peers_dead) X(contexts_failed)                                  \
+  /* Bounded packets the device refused (TX backpressure) and that were sent again. */   \
+  X(bounded_tx_deferred)                                                                 \
+  /* Repair requests folded into one already queued for the same operation; dropped: */ \
+  /* the queue of repairs for a peer was full. */                                        \
+  X(repair_requests_merged) X(repair_requests_dropped)
+
 // A plain snapshot; see Engine::GetStats / Device::stats().
 struct Stats {
-  uint64_t tx_packets = 0, tx_bytes = 0, tx_backpressure = 0;
-  uint64_t rx_packets = 0, rx_bytes = 0;
-  // fast_retransmits: packets found lost by the ack clock (RACK), not an RTO.
-  uint64_t retransmits = 0, rto_events = 0, fast_retransmits = 0;
-  uint64_t retransmitted_bytes = 0;  // payload bytes resent
-  uint64_t tlp_probes = 0;           // tail-loss probes
-  uint64_t spurious_retransmits = 0; // resends the receiver reported duplicate
-  uint64_t duplicates = 0;        // seq already received (re-acked)
-  uint64_t acks_sent = 0, acks_received = 0;
-  uint64_t eager_messages = 0, rendezvous_messages = 0;
-  // Drops, by reason. None of these ever touch user memory.
+  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_COUNTER_FIELD)
   uint64_t malformed[static_cast<int>(ParseError::kCount)] = {};  // by ParseError
-  uint64_t bad_checksum = 0;      // also counted in malformed[kBadChecksum]
-  uint64_t bad_token = 0;         // session token of another job
-  uint64_t bad_context = 0;       // no such context on this device
-  uint64_t bad_rank = 0;          // src/dst rank unknown or not connected
-  uint64_t bad_offset = 0;        // data outside the message or the target
-  uint64_t unknown_message = 0;   // message id/slot/kind that does not match
-  uint64_t out_of_window = 0;     // seq beyond the receive window
-  uint64_t unsupported = 0;       // packets of a kind this context cannot take
-  uint64_t failed_context = 0;    // for a context that failed (peer gone, timeout)
-  // Datagrams that arrived before their sender was connected: kept and applied
-  // once it is, or dropped beyond the bound (the sender retransmits them).
-  uint64_t early_kept = 0, early_dropped = 0;
-  // Bounded service (OptiReduce mode).
-  uint64_t bounded_tx_packets = 0, bounded_rx_packets = 0;
-  uint64_t repair_requests_sent = 0, repair_requests_received = 0;
-  uint64_t repair_absent_sent = 0, repair_absent_received = 0;  // "cannot serve" answers
-  // Peer liveness: probes and answers, ICMP port-unreachable reports mapped to a
-  // peer, peers declared gone, contexts failed (by a gone peer or a timed-out wait).
-  uint64_t pings_sent = 0, pongs_received = 0;
-  uint64_t peers_unreachable = 0, peers_dead = 0, contexts_failed = 0;
-  // Bounded packets the device refused (TX backpressure) and that were sent again later.
-  uint64_t bounded_tx_deferred = 0;
-  // Repair requests folded into one already queued for the same operation; dropped: the
-  // queue of repairs for a peer was full.
-  uint64_t repair_requests_merged = 0, repair_requests_dropped = 0;
+  uint64_t bad_checksum = 0;  // also counted in malformed[kBadChecksum]
   uint64_t TotalDropped() const;
   std::string ToString() const;
+  // Adds every counter of `other` (several devices' sum).
+  Stats& operator+=(const Stats& other);
 };
 
-// The engine's live counters (relaxed atomics: written by the progress
-// thread, read by anyone).
+// The engine's live counters (written by the progress thread, read by anyone).
 struct AtomicStats {
-  std::atomic<uint64_t> tx_packets{0}, tx_bytes{0}, tx_backpressure{0};
-  std::atomic<uint64_t> rx_packets{0}, rx_bytes{0};
-  std::atomic<uint64_t> retransmits{0}, rto_events{0}, fast_retransmits{0};
-  std::atomic<uint64_t> retransmitted_bytes{0}, tlp_probes{0}, spurious_retransmits{0};
-  std::atomic<uint64_t> duplicates{0}, acks_sent{0}, acks_received{0};
-  std::atomic<uint64_t> eager_messages{0}, rendezvous_messages{0};
+  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_ATOMIC_COUNTER_FIELD)
   std::atomic<uint64_t> malformed[static_cast<int>(ParseError::kCount)] = {};
-  std::atomic<uint64_t> bad_token{0}, bad_context{0}, bad_rank{0};
-  std::atomic<uint64_t> bad_offset{0}, unknown_message{0}, out_of_window{0};
-  std::atomic<uint64_t> unsupported{0}, failed_context{0};
-  std::atomic<uint64_t> early_kept{0}, early_dropped{0};
-  std::atomic<uint64_t> bounded_tx_packets{0}, bounded_rx_packets{0};
-  std::atomic<uint64_t> repair_requests_sent{0}, repair_requests_received{0};
-  std::atomic<uint64_t> repair_absent_sent{0}, repair_absent_received{0};
-  std::atomic<uint64_t> pings_sent{0}, pongs_received{0};
-  std::atomic<uint64_t> peers_unreachable{0}, peers_dead{0}, contexts_failed{0};
-  std::atomic<uint64_t> bounded_tx_deferred{0};
-  std::atomic<uint64_t> repair_requests_merged{0}, repair_requests_dropped{0};
   Stats Snapshot() const;
 };
 

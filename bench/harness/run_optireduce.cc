@@ -39,13 +39,13 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
   opts.setStatsOutput(&op);
   optireduce::allreduce(opts);
   *stats = IterationStats{};
-  if (op.mode == "bounded") {
+  if (op.mode == OpMode::kBounded) {
     stats->loss_fraction = op.loss_pct / 100.0;
     stats->damaged = op.damaged;
     stats->phase_timeouts =
         std::string(Short(op.phase[0].end)) + "/" + Short(op.phase[1].end);
-  } else if (!op.mode.empty()) {
-    stats->phase_timeouts = op.mode == "calibration" ? "calib" : "-";
+  } else if (op.mode != OpMode::kNone) {
+    stats->phase_timeouts = op.mode == OpMode::kCalibration ? "calib" : "-";
   }
 }
 

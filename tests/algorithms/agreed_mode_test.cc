@@ -119,7 +119,7 @@ testing::RankOptions Loop(const std::string& faults = "") {
 // The modes one rank ran, in order, "c" calibration and "b" bounded.
 std::string Modes(const std::vector<OpStats>& stats) {
   std::string s;
-  for (const OpStats& st : stats) s += st.mode == "calibration" ? 'c' : st.mode == "bounded" ? 'b' : '?';
+  for (const OpStats& st : stats) s += st.mode == OpMode::kCalibration ? 'c' : st.mode == OpMode::kBounded ? 'b' : '?';
   return s;
 }
 
@@ -176,7 +176,7 @@ TEST(AgreedMode, ARankRestartedIntoANewJobMidCalibration) {
   testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = ctx->rank == 0 ? survivor : RankPolicy();
     for (uint64_t step = 0; step < kCalibration - 1; step++) {
-      EXPECT_EQ(Reduce(ctx, policy, ctx->rank, step, kCount, 0).stats.mode, "calibration");
+      EXPECT_EQ(Reduce(ctx, policy, ctx->rank, step, kCount, 0).stats.mode, OpMode::kCalibration);
     }
     Barrier(ctx);
   }, Loop());
@@ -208,7 +208,7 @@ TEST(AgreedMode, ACalibratingRankWhosePeerRunsBoundedJoinsIt) {
     auto policy = std::make_shared<TimeoutPolicy>(o);
     for (uint64_t step = 0; step < 4; step++) {
       Call c = Reduce(ctx, policy, ctx->rank, step, kCount, 0);
-      EXPECT_EQ(c.stats.mode, "bounded") << c.stats.ToJson();
+      EXPECT_EQ(c.stats.mode, OpMode::kBounded) << c.stats.ToJson();
       EXPECT_EQ(c.stats.joined_bounded, ctx->rank == 1 && step < 2) << c.stats.ToJson();
       EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
     }
@@ -280,7 +280,7 @@ TEST(AgreedMode, TwoConcurrentBoundedAllreducesOnOneContextUnderLoss) {
       for (int i = 0; i < kIterations; i++) {
         Call c = Reduce(ctx, policy, ctx->rank, i % 8, n, tag);
         for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
-        if (c.stats.mode == "bounded") bounded++;
+        if (c.stats.mode == OpMode::kBounded) bounded++;
         if (c.stats.joined_bounded) joined++;
         // Debiased loss of ~1% on smooth data: far below 10% relative error.
         ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), 0.1) << c.stats.ToJson();

@@ -136,7 +136,7 @@ TEST(BoundedTranspose, NoFaultsEqualsExactSum) {
     auto policy = TestPolicy();
     for (uint64_t step = 0; step < 4; step++) {
       Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
-      EXPECT_EQ(c.stats.mode, step < 2 ? "calibration" : "bounded") << step;
+      EXPECT_EQ(c.stats.mode, step < 2 ? OpMode::kCalibration : OpMode::kBounded) << step;
       EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, 1e-5) << step;
       if (step >= 2) {
         EXPECT_EQ(c.stats.phase[0].end, PhaseEnd::kComplete);
@@ -169,7 +169,7 @@ TEST(BoundedTranspose, LossIsBoundedMeasuredAndSmall) {
       int bounded = 0;
       for (uint64_t step = 0; step < 6; step++) {
         Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/1.0);
-        if (c.stats.mode != "bounded") continue;
+        if (c.stats.mode != OpMode::kBounded) continue;
         bounded++;
         loss_sum += c.stats.loss_pct;
         if (getenv("DEBUG_STATS")) std::printf("p=%g %s\n", p, c.stats.ToJson().c_str());
@@ -195,7 +195,7 @@ TEST(BoundedTranspose, HadamardShrinksMaxErrorFivefold) {
       auto policy = TestPolicy();
       for (uint64_t step = 0; step < 5; step++) {
         Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, hadamard == 1, 1.0);
-        if (c.stats.mode != "bounded") continue;
+        if (c.stats.mode != OpMode::kBounded) continue;
         per_rank[ctx->rank] = std::max(per_rank[ctx->rank], Compare(c.data, ExactSum(step)).max_abs);
       }
     });
@@ -223,7 +223,7 @@ TEST(BoundedTranspose, DebiasBeatsZeroFillOnGradients) {
       for (uint64_t step = 0; step < 5; step++) {
         Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/1.0,
                            zero_fill ? Compensation::kZeroFill : Compensation::kDebias);
-        if (c.stats.mode != "bounded") continue;
+        if (c.stats.mode != OpMode::kBounded) continue;
         sum[ctx->rank] += Compare(c.data, ExactSum(step)).rel_l2;
         count[ctx->rank]++;
       }
@@ -287,7 +287,7 @@ TEST(BoundedTranspose, AboveLossLimitRepairsToExact) {
     auto policy = TestPolicy();
     for (uint64_t step = 0; step < 4; step++) {
       Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/0.01);
-      if (c.stats.mode != "bounded") continue;
+      if (c.stats.mode != OpMode::kBounded) continue;
       EXPECT_TRUE(c.stats.phase[0].repaired || c.stats.phase[1].repaired);
       const double err = Compare(c.data, ExactSum(step)).rel_l2;
       if (c.stats.damaged) {
@@ -333,7 +333,7 @@ TEST(BoundedTranspose, AnOwnersIncompleteShardMarksEveryRankDamaged) {
       Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
     }
     Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, true, 0.05);
-    ASSERT_EQ(c.stats.mode, "bounded");
+    ASSERT_EQ(c.stats.mode, OpMode::kBounded);
     const Errors e = Compare(c.data, ExactSum(2));
     EXPECT_GT(e.rel_l2, 1e-5) << "rank " << ctx->rank;  // the damage is real everywhere
     EXPECT_LT(e.rel_l2, 0.1) << "rank " << ctx->rank;   // and compensated
@@ -372,7 +372,7 @@ TEST(BoundedTranspose, DebiasScalesExactlyTheMissingElementsByNOverK) {
       Allreduce(ctx, hub.channel(ctx->rank), policy, step, false, 0.05);
     }
     Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, /*hadamard=*/false, 0.05);
-    ASSERT_EQ(c.stats.mode, "bounded");
+    ASSERT_EQ(c.stats.mode, OpMode::kBounded);
     EXPECT_FALSE(c.stats.damaged) << c.stats.ToJson();
     size_t wrong = 0;
     for (size_t i = 0; i < kCount; i++) {
@@ -419,7 +419,7 @@ TEST(BoundedTranspose, FirstBoundedOperationFindsItsScratchFaultedIn) {
       const long before = ThreadMinorFaults();
       allreduce(opts);
       faults[step] = ThreadMinorFaults() - before;
-      EXPECT_EQ(stats.mode, step < 2 ? "calibration" : "bounded") << step;
+      EXPECT_EQ(stats.mode, step < 2 ? OpMode::kCalibration : OpMode::kBounded) << step;
       for (size_t i = 0; i < kBig; i += 4099) ASSERT_EQ(data[i], 10.0f) << step << " " << i;
     }
     // Without the warm-up the first bounded call faults in all kScratchPages pages. With
@@ -516,7 +516,7 @@ TEST(BoundedTranspose, WithoutBoundedServiceRunsExactTar) {
     fopts.setStatsOutput(&stats);
     allreduce(fopts);
     for (float x : f) ASSERT_EQ(x, 3.0f);
-    EXPECT_EQ(stats.mode, "reliable");
+    EXPECT_EQ(stats.mode, OpMode::kReliable);
   });
 }
 

@@ -134,11 +134,11 @@ std::string RunUdp(int ranks, const std::string& faults, double max_loss, double
       const auto want = ExactSum(ctx->size, step);
       Result r = Reduce(ctx, policy, step, max_loss);
       if (step < 3) {
-        ASSERT_EQ(r.stats.mode, "calibration");
+        ASSERT_EQ(r.stats.mode, OpMode::kCalibration);
         ASSERT_LT(RelL2(r.data, want), 1e-5);
         continue;
       }
-      ASSERT_EQ(r.stats.mode, "bounded") << r.stats.ToJson();
+      ASSERT_EQ(r.stats.mode, OpMode::kBounded) << r.stats.ToJson();
       bounded++;
       loss += r.stats.loss_pct / 100;
       EXPECT_LT(r.seconds, 2 * r.stats.bound_ms / 1000 + 1.0) << r.stats.ToJson();
@@ -188,7 +188,7 @@ TEST(OptiReduceModeUdp, LateRankIsCutByThePeerTimeoutThenRepairedToExact) {
       const auto bound = policy->BoundFor(kCount * 4).bound;
       if (ctx->rank == 3) std::this_thread::sleep_for(bound / 3);
       Result r = Reduce(ctx, policy, step, 0.05);
-      ASSERT_EQ(r.stats.mode, "bounded");
+      ASSERT_EQ(r.stats.mode, OpMode::kBounded);
       if (r.stats.phase[0].end == PhaseEnd::kPeerTimeout) cut++;
       EXPECT_LT(RelL2(r.data, ExactSum(ctx->size, step)), 1e-5)
           << r.stats.ToJson() << " device: " << DeviceStats(ctx);
@@ -210,7 +210,7 @@ TEST(OptiReduceModeUdp, AboveLossLimitRepairsToExact) {
     for (uint64_t step = 0; step < 5; step++) {
       const auto want = ExactSum(ctx->size, step);
       Result r = Reduce(ctx, policy, step, /*max_loss=*/0.001);
-      if (r.stats.mode != "bounded") continue;
+      if (r.stats.mode != OpMode::kBounded) continue;
       EXPECT_TRUE(r.stats.phase[0].repaired || r.stats.phase[1].repaired) << r.stats.ToJson();
       EXPECT_FALSE(r.stats.damaged) << r.stats.ToJson();
       EXPECT_LT(RelL2(r.data, want), 1e-5) << r.stats.ToJson();
@@ -257,7 +257,7 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
     transport::IncastControl model(ctx->size - 1, 1);
     for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
       Result r = Reduce(ctx, policy, step % 4, 0.05);
-      if (r.stats.mode == "bounded") model.OnOperation(r.stats.loss_pct / 100, r.stats.RanLate());
+      if (r.stats.mode == OpMode::kBounded) model.OnOperation(r.stats.loss_pct / 100, r.stats.RanLate());
     }
     EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
     EXPECT_GE(model.senders(), 1);
@@ -326,7 +326,7 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
       gloo::barrier(b);
       Result r = Reduce(ctx, policy, step, 0.05);
       if (step >= 3) {
-        ASSERT_EQ(r.stats.mode, "bounded");
+        ASSERT_EQ(r.stats.mode, OpMode::kBounded);
         ASSERT_GE(r.stats.start_lag_ms, 0) << r.stats.ToJson();
       }
     }

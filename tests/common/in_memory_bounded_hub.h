@@ -11,6 +11,7 @@
 
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_receiver.h"
+#include "transport_dpdk/bounded/bounded_sources.h"
 
 namespace optireduce {
 namespace testing {

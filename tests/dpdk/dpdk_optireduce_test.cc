@@ -109,11 +109,11 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
       const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
       const double err = RelL2ToExactSum(data, ctx->size, step);
       if (step < kCalibration) {
-        ASSERT_EQ(stats.mode, "calibration");
+        ASSERT_EQ(stats.mode, OpMode::kCalibration);
         ASSERT_LT(err, 1e-5) << "calibration (reliable TAR) is exact";
         continue;
       }
-      ASSERT_EQ(stats.mode, "bounded") << stats.ToJson();
+      ASSERT_EQ(stats.mode, OpMode::kBounded) << stats.ToJson();
       for (float v : data) ASSERT_TRUE(std::isfinite(v));
       EXPECT_LT(seconds, stats.bound_ms / 1000 + 1.0) << stats.ToJson();
       const double p = MaxOverRanks(ctx, stats.loss_pct) / 100;

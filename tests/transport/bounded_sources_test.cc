@@ -1,6 +1,6 @@
 // What the send side answers a repair request with (BoundedSources::With): the data, or why
 // not — the peer's reaction depends on it (re-ask, wait for a start, or give up at once).
-#include "transport_dpdk/bounded/bounded_receiver.h"
+#include "transport_dpdk/bounded/bounded_sources.h"
 
 #include <sys/resource.h>
 

@@ -55,6 +55,8 @@ using RawFunc = void (*)(void*, const void*, const void*, size_t);
 using optireduce::AllreduceOptions;
 using optireduce::BoundedChannel;
 using optireduce::BoundedReceive;
+using optireduce::OpMode;
+using optireduce::OpModeName;
 using optireduce::OpStats;
 using optireduce::TimeoutOptions;
 using optireduce::TimeoutPolicy;
@@ -304,13 +306,13 @@ int Soak(int size) {
     bounded_s += r.seconds;
     CHECK_OR_DIE(r.finite, "bounded step %lu returned a non-finite value: %s",
                  (unsigned long)step, r.stats.ToJson().c_str());
-    if (r.stats.mode == "calibration") {
+    if (r.stats.mode == OpMode::kCalibration) {
       calibration_ops++;
       CHECK_OR_DIE(r.rel_l2 < 1e-5, "calibration step %lu rel L2 %g", (unsigned long)step,
                    r.rel_l2);
     } else {
-      CHECK_OR_DIE(r.stats.mode == "bounded", "step %lu mode %s", (unsigned long)step,
-                   r.stats.mode.c_str());
+      CHECK_OR_DIE(r.stats.mode == OpMode::kBounded, "step %lu mode %s", (unsigned long)step,
+                   OpModeName(r.stats.mode));
       bounded_ops++;
       const double limit = BoundedLimitSeconds(r.stats, 3.0);
       CHECK_OR_DIE(r.seconds <= limit, "bounded step %lu took %.3f s > bound + repair + slack "
@@ -569,8 +571,8 @@ int PeerFail(int size) {
                      "%.1f%%\n", g_rank, (unsigned long)step, r.seconds, limit, r.stats.damaged,
                      r.stats.loss_pct);
         CHECK_OR_DIE(r.finite, "step %lu: non-finite result", (unsigned long)step);
-        CHECK_OR_DIE(r.stats.mode == "bounded", "step %lu mode %s", (unsigned long)step,
-                     r.stats.mode.c_str());
+        CHECK_OR_DIE(r.stats.mode == OpMode::kBounded, "step %lu mode %s", (unsigned long)step,
+                     OpModeName(r.stats.mode));
         CHECK_OR_DIE(r.seconds <= limit, "step %lu took %.3f s > %.3f s: %s",
                      (unsigned long)step, r.seconds, limit, r.stats.ToJson().c_str());
         if (r.stats.damaged) damaged_without_victim++;

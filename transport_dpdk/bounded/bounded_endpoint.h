@@ -13,6 +13,7 @@
 
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_receiver.h"
+#include "transport_dpdk/bounded/bounded_sources.h"
 #include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/engine.h"
 
