@@ -29,7 +29,8 @@ std::string Stats::ToString() const {
       repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
       pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
       peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
-      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped);
+      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped,
+      " ranges empty ", repair_ranges_empty, " over limit ", repair_ranges_over_limit);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -88,6 +89,8 @@ Stats AtomicStats::Snapshot() const {
   s.bounded_tx_deferred = r(bounded_tx_deferred);
   s.repair_requests_merged = r(repair_requests_merged);
   s.repair_requests_dropped = r(repair_requests_dropped);
+  s.repair_ranges_empty = r(repair_ranges_empty);
+  s.repair_ranges_over_limit = r(repair_ranges_over_limit);
   return s;
 }
 

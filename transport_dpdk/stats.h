@@ -49,6 +49,9 @@ struct Stats {
   // Repair requests folded into one already queued for the same operation; dropped: the
   // queue of repairs for a peer was full.
   uint64_t repair_requests_merged = 0, repair_requests_dropped = 0;
+  // Ranges of received repair requests dropped (RepairRangeRejects): empty or inverted,
+  // and beyond what one repair job holds.
+  uint64_t repair_ranges_empty = 0, repair_ranges_over_limit = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -74,6 +77,7 @@ struct AtomicStats {
   std::atomic<uint64_t> peers_unreachable{0}, peers_dead{0}, contexts_failed{0};
   std::atomic<uint64_t> bounded_tx_deferred{0};
   std::atomic<uint64_t> repair_requests_merged{0}, repair_requests_dropped{0};
+  std::atomic<uint64_t> repair_ranges_empty{0}, repair_ranges_over_limit{0};
   Stats Snapshot() const;
 };
 
