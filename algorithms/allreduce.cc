@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
+#include "algorithms/internal/thread_scratch.h"
 #include "algorithms/op_stats.h"
 #include "algorithms/operation_ledger.h"
 #include "algorithms/reduce_classifier.h"
@@ -39,26 +40,6 @@ struct ImplAccess : gloo::AllreduceOptions {
     return opts.*(&ImplAccess::impl_);
   }
 };
-
-// Scratch memory for one peer's shard per step; grows, never shrinks, one per thread so
-// concurrent allreduces from several threads never share it.
-char* ScratchBytes(size_t bytes) {
-  struct Scratch {
-    char* data = nullptr;
-    size_t size = 0;
-    ~Scratch() { std::free(data); }
-  };
-  thread_local Scratch scratch;
-  if (scratch.size < bytes) {
-    std::free(scratch.data);
-    const size_t rounded = (bytes + 63) / 64 * 64;
-    scratch.data = static_cast<char*>(std::aligned_alloc(64, rounded));
-    GLOO_ENFORCE(scratch.data != nullptr, "optireduce::allreduce: cannot allocate ",
-                 rounded, " bytes of scratch memory");
-    scratch.size = rounded;
-  }
-  return scratch.data;
-}
 
 class Deadline {
  public:
@@ -183,7 +164,8 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
 
   size_t my_begin = 0;
   const size_t my_count = piece(rank, &my_begin);
-  char* scratch = ScratchBytes(std::max<size_t>(1, (n - 1) * round_len * esz));
+  char* scratch = internal::ThreadScratch(internal::ScratchSlot::kReliableSteps,
+                                          std::max<size_t>(1, (n - 1) * round_len * esz));
 
   // Phase 1: post receives of my shard from every peer, then send each owner its shard.
   std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> from_peer(n - 1);

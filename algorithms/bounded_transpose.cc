@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "algorithms/transpose_plan.h"
 #include "algorithms/internal/splitmix64.h"
+#include "algorithms/internal/thread_scratch.h"
 
 namespace optireduce {
 namespace {
@@ -234,25 +235,23 @@ void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan&
 }
 
 // Scratch of one thread's operations: the peers' phase-1 contributions to this rank's
-// shard and the other owners' phase-2 shards. Kept per thread and grown, never shrunk: fresh
-// memory page-faults, which on a VM costs more than a phase's deadline for tens of MiB
-// (the first bounded operation of a size then missed its deadlines on every rank). Hence
-// also PrepareBoundedTranspose, which the calibration operations call.
+// shard and the other owners' phase-2 shards (internal::ThreadScratch: touched when it
+// grows, since the first bounded operation of a size otherwise missed its deadlines on
+// every rank to page faults). Hence also PrepareBoundedTranspose, which the calibration
+// operations call.
 template <typename T>
 struct Scratch {
   T* peers = nullptr;   // (N - 1) x my shard
   T* shards = nullptr;  // every shard but mine
 
   static Scratch Get(const TransposePlan& plan, int rank) {
-    thread_local std::vector<T> peers_memory;
-    thread_local std::vector<T> shards_memory;
     const size_t mine = plan.ShardCount(rank);
     const size_t peers = mine * (plan.ranks() - 1);
     const size_t others = plan.elements() - mine;
-    // resize() value-initialises the new elements: every page is touched here, once.
-    if (peers_memory.size() < peers) peers_memory.resize(peers);
-    if (shards_memory.size() < others) shards_memory.resize(others);
-    return {peers_memory.data(), shards_memory.data()};
+    return {reinterpret_cast<T*>(internal::ThreadScratch(internal::ScratchSlot::kBoundedPeers,
+                                                         peers * sizeof(T))),
+            reinterpret_cast<T*>(internal::ThreadScratch(internal::ScratchSlot::kBoundedShards,
+                                                         others * sizeof(T)))};
   }
 };
 

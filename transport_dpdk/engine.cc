@@ -98,7 +98,6 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
   c->id = impl_->next_ctx++;
   c->rank = rank;
   c->size = size;
-  c->local_token = local_token;
   c->token = rank == 0 ? local_token : 0;
   // Incast: a receiver's buffer is shared by all of its senders.
   const size_t peers = size > 1 ? static_cast<size_t>(size - 1) : 1;

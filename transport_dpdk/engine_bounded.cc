@@ -4,7 +4,6 @@
 #include "transport_dpdk/engine_impl.h"
 
 #include <algorithm>
-#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -195,14 +194,11 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
         Bump(stats.repair_absent_sent);
         return;
       }
-      std::vector<std::pair<uint64_t, uint64_t>> asked;
-      const size_t n = std::min<size_t>(h.payload_length / 16, kMaxRepairRanges);
-      for (size_t i = 0; i < n; ++i) {
-        uint64_t b, e;
-        std::memcpy(&b, payload + 16 * i, 8);
-        std::memcpy(&e, payload + 16 * i + 8, 8);
-        if (b < e) asked.emplace_back(b, e);
-      }
+      std::vector<RepairRange> asked;
+      RepairRangeRejects rejects;
+      ParseRepairRanges(payload, h.payload_length, kMaxRepairRanges, &asked, &rejects);
+      Bump(stats.repair_ranges_empty, rejects.empty);
+      Bump(stats.repair_ranges_over_limit, rejects.over_limit);
       if (asked.empty()) return;
       // Repairs go before the sends still queued (order 0), in arrival order; a request for
       // an operation whose repair is still queued is merged into it (the union of what is
@@ -288,14 +284,11 @@ absl::Status Engine::RequestRepair(
                                                    " which is not a connected peer"));
   }
   Peer& p = c->peers[dst];
-  const size_t per_packet = std::max<size_t>(1, p.max_payload / 16);
+  const size_t per_packet = std::max<size_t>(1, p.max_payload / kRepairRangeBytes);
   for (size_t i = 0; i < missing.size(); i += per_packet) {
     const size_t n = std::min(per_packet, missing.size() - i);
-    std::vector<uint8_t> body(16 * n);
-    for (size_t k = 0; k < n; ++k) {
-      std::memcpy(&body[16 * k], &missing[i + k].first, 8);
-      std::memcpy(&body[16 * k + 8], &missing[i + k].second, 8);
-    }
+    std::vector<uint8_t> body(kRepairRangeBytes * n);
+    EncodeRepairRanges(missing.data() + i, n, body.data());
     WireHeader h;
     impl_->FillHeader(*c, p, &h);
     h.type = static_cast<uint8_t>(PacketType::kRepair);

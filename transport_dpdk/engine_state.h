@@ -210,7 +210,6 @@ struct Arrival {
 struct Ctx {
   uint32_t id = 0;
   int rank = 0, size = 0;
-  uint64_t local_token = 0;
   uint64_t token = 0;  // the job's token (rank 0's); 0 until known
   uint64_t window = 0;
   std::vector<Peer> peers;

@@ -47,7 +47,10 @@ namespace transport {
   X(bounded_tx_deferred)                                                                 \
   /* Repair requests folded into one already queued for the same operation; dropped: */ \
   /* the queue of repairs for a peer was full. */                                        \
-  X(repair_requests_merged) X(repair_requests_dropped)
+  X(repair_requests_merged) X(repair_requests_dropped)                                   \
+  /* Repair requests whose ranges were empty or inverted, or over the per-request */    \
+  /* limit: those ranges are dropped (wire_format's ParseRepairRanges). */              \
+  X(repair_ranges_empty) X(repair_ranges_over_limit)
 
 // A plain snapshot; see Engine::GetStats / Device::stats().
 struct Stats {

@@ -140,7 +140,7 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
       if (h->payload_length > kMaxSackBytes) return ParseError::kBadBounds;
       break;
     case PacketType::kRepair:
-      if (!(h->flags & kFlagUnreliable) || h->payload_length % 16 != 0) {
+      if (!(h->flags & kFlagUnreliable) || h->payload_length % kRepairRangeBytes != 0) {
         return ParseError::kBadBounds;
       }
       break;
@@ -149,6 +149,30 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
       break;
   }
   return ParseError::kOk;
+}
+
+void EncodeRepairRanges(const RepairRange* ranges, size_t n, uint8_t* out) {
+  for (size_t i = 0; i < n; ++i) {
+    Put64(out + kRepairRangeBytes * i, ranges[i].first);
+    Put64(out + kRepairRangeBytes * i + 8, ranges[i].second);
+  }
+}
+
+void ParseRepairRanges(const uint8_t* payload, size_t len, size_t max_ranges,
+                       std::vector<RepairRange>* out, RepairRangeRejects* rejects) {
+  size_t taken = 0;
+  for (size_t at = 0; at + kRepairRangeBytes <= len; at += kRepairRangeBytes) {
+    const uint64_t begin = Get64(payload + at);
+    const uint64_t end = Get64(payload + at + 8);
+    if (begin >= end) {
+      ++rejects->empty;
+    } else if (taken == max_ranges) {
+      ++rejects->over_limit;
+    } else {
+      out->emplace_back(begin, end);
+      ++taken;
+    }
+  }
 }
 
 std::string HeaderToString(const WireHeader& h) {

@@ -42,6 +42,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace optireduce {
 namespace transport {
@@ -61,7 +63,7 @@ enum class PacketType : uint8_t {
   kNop = 6,     // fills a sequence number whose packet was cancelled
   // Bounded service (always with kFlagUnreliable): "send the byte ranges of
   // bounded operation message_id listed in the payload again" — payload is
-  // pairs of little-endian u64 [begin, end).
+  // pairs of little-endian u64 [begin, end) (EncodeRepairRanges).
   kRepair = 7,
   // Peer liveness (unsequenced, no payload, like kAck): a rank with operations
   // pending with a peer it has not heard from lately sends kPing; the peer's
@@ -169,6 +171,27 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
                          bool link_protects_payload = false);
 
 std::string HeaderToString(const WireHeader& h);
+
+// kRepair payload: the byte ranges [begin, end) of the bounded operation to send
+// again, each two little-endian u64 (begin, then end).
+inline constexpr size_t kRepairRangeBytes = 16;
+using RepairRange = std::pair<uint64_t, uint64_t>;  // [begin, end)
+
+// Writes ranges[0, n) into out[0, n * kRepairRangeBytes).
+void EncodeRepairRanges(const RepairRange* ranges, size_t n, uint8_t* out);
+
+// Ranges ParseRepairRanges dropped, by reason (the engine counts each in Stats).
+struct RepairRangeRejects {
+  uint64_t empty = 0;       // begin >= end
+  uint64_t over_limit = 0;  // beyond max_ranges
+};
+
+// Decodes a kRepair payload of `len` bytes (a whole number of ranges: ParseDatagram
+// refuses any other length; a trailing partial range is ignored). Appends its
+// non-empty ranges to *out, at most max_ranges of them, and counts what it drops in
+// *rejects.
+void ParseRepairRanges(const uint8_t* payload, size_t len, size_t max_ranges,
+                       std::vector<RepairRange>* out, RepairRangeRejects* rejects);
 
 }  // namespace transport
 }  // namespace optireduce

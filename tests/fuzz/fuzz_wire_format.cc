@@ -1,7 +1,9 @@
 // Fuzz target: transport::ParseDatagram, the first code every received datagram meets.
 // Checks that an accepted datagram is self-consistent and re-encodes to the same bytes.
 // The input is parsed twice: as received, and with a valid CRC32C patched in, so the
-// fuzzer also explores the checks behind the checksum.
+// fuzzer also explores the checks behind the checksum. The payload of an accepted REPAIR
+// is decoded as repair ranges: every range is kept or counted, and the kept ones
+// re-encode to their bytes.
 #include <cstring>
 #include <vector>
 
@@ -17,6 +19,33 @@ using optireduce::transport::ParseError;
 using optireduce::transport::PacketType;
 using optireduce::transport::WireHeader;
 
+void CheckRepairRanges(const uint8_t* payload, size_t len) {
+  namespace t = optireduce::transport;
+  FUZZ_CHECK(len % t::kRepairRangeBytes == 0, "repair payload of %zu bytes accepted", len);
+  const size_t total = len / t::kRepairRangeBytes;
+  const size_t limit = total / 2;  // exercises the limit too
+  std::vector<t::RepairRange> ranges;
+  t::RepairRangeRejects rejects;
+  t::ParseRepairRanges(payload, len, limit, &ranges, &rejects);
+  FUZZ_CHECK(ranges.size() <= limit, "%zu ranges kept over a limit of %zu", ranges.size(), limit);
+  FUZZ_CHECK(ranges.size() + rejects.empty + rejects.over_limit == total,
+             "%zu kept + %llu empty + %llu over the limit != %zu ranges", ranges.size(),
+             (unsigned long long)rejects.empty, (unsigned long long)rejects.over_limit, total);
+  for (const t::RepairRange& r : ranges) {
+    FUZZ_CHECK(r.first < r.second, "kept an empty range [%llu, %llu)",
+               (unsigned long long)r.first, (unsigned long long)r.second);
+  }
+  // Without a limit and with no empty range, decoding then encoding gives the bytes back.
+  if (rejects.empty == 0) {
+    ranges.clear();
+    t::ParseRepairRanges(payload, len, total, &ranges, &rejects);
+    std::vector<uint8_t> again(len);
+    t::EncodeRepairRanges(ranges.data(), ranges.size(), again.data());
+    FUZZ_CHECK(len == 0 || std::memcmp(again.data(), payload, len) == 0,
+               "repair ranges re-encode differently");
+  }
+}
+
 void ParseAndCheck(const uint8_t* data, size_t size, bool link_protects_payload = false) {
   WireHeader h;
   const ParseError err = ParseDatagram(data, size, &h, link_protects_payload);
@@ -30,6 +59,9 @@ void ParseAndCheck(const uint8_t* data, size_t size, bool link_protects_payload 
     FUZZ_CHECK(h.offset <= h.total_length && h.payload_length <= h.total_length - h.offset,
                "data [%llu, +%u) outside total %llu", (unsigned long long)h.offset,
                h.payload_length, (unsigned long long)h.total_length);
+  }
+  if (static_cast<PacketType>(h.type) == PacketType::kRepair) {
+    CheckRepairRanges(data + kHeaderBytes, h.payload_length);
   }
   // Accepted headers round-trip exactly.
   std::vector<uint8_t> again(kHeaderBytes);

@@ -45,6 +45,8 @@ write("wire_format", "credit", datagram(5, aux=65536))
 write("wire_format", "bounded_last", datagram(1, 4 | 8, offset=128, total=256, msg=9,
                                              payload=b"\x11" * 128))
 write("wire_format", "repair", datagram(7, 4, msg=9, payload=struct.pack("<QQ", 0, 128)))
+write("wire_format", "repair_ranges", datagram(7, 4, msg=9, payload=struct.pack(
+    "<QQQQQQ", 0, 128, 64, 64, 1 << 40, (1 << 40) + 9000)))
 write("wire_format", "ping", datagram(8, msg=3))
 write("wire_format", "pong", datagram(9, msg=3))
 write("wire_format", "abort", datagram(10, aux=3))

@@ -308,7 +308,6 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   region->arrived.emplace(begin, end);
   region->bytes += len - overlap;
   counters_.duplicate_bytes += overlap;
-  posted.progress++;
   if (region->bytes == region->spec.nbytes) {
     wake = true;
     if (region->done_at == Clock::time_point{}) region->done_at = now;

@@ -132,7 +132,6 @@ class BoundedReceiver {
     std::vector<Region> regions;
     BoundedClock::time_point posted_at;
     BoundedClock::time_point last_arrival;
-    uint64_t progress = 0;  // bumps on every applied payload
     // False once Wait or Repair returned (until the next Repair): the caller reads the
     // regions then, so late payloads are dropped (counted stale), never written.
     bool accepting = true;
