@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "transport_dpdk/attr.h"
+#include "transport_dpdk/bounded/source_access.h"
 #include "transport_dpdk/op_sink.h"
 #include "transport_dpdk/packet_io.h"
 #include "transport_dpdk/stats.h"
@@ -30,17 +31,6 @@ namespace transport {
 enum class MsgKind : uint8_t {
   kUnbound,  // matched against posted UnboundBuffer recvs (by slot, in order)
   kBuffer,   // written into the peer's registered old-style recv Buffer
-};
-
-// What BoundedHooks::read_source found for a bounded operation's source. The bounded
-// service's BoundedSources answers in the same terms.
-enum class SourceAccess : uint8_t {
-  kDone,        // the source was valid and handed to the callback
-  kGone,        // released: it is never served again
-  kBusy,        // its owner is changing it right now (try again; never blocks)
-  kNotStarted,  // this rank has not started the operation
-  kPending,     // not registered yet, but this rank is in the other phase of the same
-                // operation: a repair request is ignored (the requester asks again)
 };
 
 // The bounded service's hooks into a context (see bounded/bounded_endpoint.h).

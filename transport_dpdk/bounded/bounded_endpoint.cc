@@ -20,14 +20,7 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
     receiver_.OnData(op, src, offset, data, len, last, estimated);
   };
   hooks.read_source = [this](uint64_t op, int peer, const BoundedSources::ReadFn& fn) {
-    switch (sources_.TryWith(op, peer, fn)) {
-      case BoundedSources::Access::kDone: return SourceAccess::kDone;
-      case BoundedSources::Access::kGone: return SourceAccess::kGone;
-      case BoundedSources::Access::kBusy: return SourceAccess::kBusy;
-      case BoundedSources::Access::kNotStarted: return SourceAccess::kNotStarted;
-      case BoundedSources::Access::kPending: return SourceAccess::kPending;
-    }
-    return SourceAccess::kGone;
+    return sources_.TryWith(op, peer, fn);
   };
   hooks.on_absent = [this](int src, uint64_t op, bool not_started) {
     receiver_.OnAbsent(op, src, not_started);

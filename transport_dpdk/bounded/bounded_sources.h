@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "transport_dpdk/bounded/source_access.h"
 
 namespace optireduce {
 namespace transport {
@@ -48,7 +49,7 @@ class BoundedSources {
   // not registered, but its pair is — operation ids come in pairs, the two phases of one
   // TAR (`op` even, `op + 1`; BoundedOpId), and this rank is still in the other phase — or
   // registered for other peers but not yet for this one (still in its send loop).
-  enum class Access { kDone, kGone, kBusy, kNotStarted, kPending };
+  using Access = SourceAccess;
   using ReadFn = std::function<void(const char* src, size_t nbytes, bool estimated)>;
   // Calls fn while the source is guaranteed valid (kDone); else why it cannot. Waits for
   // the lock (never kBusy).
