@@ -34,6 +34,9 @@ using Clock = std::chrono::steady_clock;
 
 // Slot prefix for TAR messages; Gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kTransposeSlotPrefix = 0x20;
+// A Gloo slot leaves 24 bits below the tag: TAR's two data slots, then one agreement slot
+// per operation of the tag (its sequence, wrapping after 2^22 operations).
+constexpr uint64_t kMetaSlotSequenceMask = (uint64_t{1} << 22) - 1;
 
 struct ImplAccess : gloo::AllreduceOptions {
   static const Impl& Get(const gloo::AllreduceOptions& opts) {
@@ -450,7 +453,11 @@ void Run(Job job) {
     const Deadline deadline(g.timeout);
     const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
     const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
-    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+    // The agreement exchange has a slot of its own operation (below the tag's next slot):
+    // the fingerprint of a rank that left it to join bounded peers stays unmatched there,
+    // and must not be taken by a later exchange with the tag.
+    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint64_t{2} +
+                               (op.sequence & kMetaSlotSequenceMask);
     const uint64_t bounded_op = BoundedOpId(g.tag, op.sequence, 1);
     bool bounded = channel != nullptr && g.elements > 0 && !op.calibrate;
     if (!bounded) {

@@ -261,6 +261,29 @@ TEST(AgreedMode, RanksWithDifferentHistoriesAndCapsUseOneBoundPerOperation) {
   EXPECT_EQ(bounds[0], bounds[1]);
 }
 
+// After a join the joining rank's fingerprint was left at its bounded peer, unmatched on
+// the exchange slot of the tag: the next exchange with that tag (here a new size, C++'s
+// default tag 0 reused) matched the stale fingerprint and failed ("rank 1 has 16384
+// elements"). Each exchange now has a slot of its own operation.
+TEST(AgreedMode, AJoinLeavesNothingForTheNextExchangeOfItsTag) {
+  testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = ctx->rank == 0 ? 1 : 2;  // rank 1 calibrates step 1, rank 0 not
+    o.min_bound = std::chrono::seconds(1);
+    o.peer_timeout_factor = 0;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    for (uint64_t step = 0; step < 2; step++) {
+      Call c = Reduce(ctx, policy, ctx->rank, step, 1 << 14, 0);
+      EXPECT_EQ(c.stats.joined_bounded, ctx->rank == 1 && step == 1) << c.stats.ToJson();
+    }
+    for (uint64_t step = 2; step < 4; step++) {
+      Call c = Reduce(ctx, policy, ctx->rank, step, 1 << 12, 0);  // a new size calibrates
+      EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
+    }
+    Barrier(ctx);
+  }, Loop());
+}
+
 std::string Counters(const std::shared_ptr<gloo::Context>& ctx) {
   auto* endpoint = dynamic_cast<transport::BoundedEndpoint*>(BoundedChannelOf(*ctx));
   if (endpoint == nullptr) return "";
