@@ -15,6 +15,7 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "algorithms/bounded_channel.h"
@@ -34,6 +35,9 @@ using Clock = std::chrono::steady_clock;
 
 // Slot prefix for TAR messages; Gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kTransposeSlotPrefix = 0x20;
+// A Gloo slot leaves 24 bits below the tag: TAR's two data slots, then one agreement slot
+// per operation of the tag (its sequence, wrapping after 2^22 operations).
+constexpr uint64_t kMetaSlotSequenceMask = (uint64_t{1} << 22) - 1;
 
 struct ImplAccess : gloo::AllreduceOptions {
   static const Impl& Get(const gloo::AllreduceOptions& opts) {
@@ -228,6 +232,8 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
 // its own slot: on an ordered transport it arrives first, so a rank with a different count
 // is reported with a clear error before any receive of the wrong size is posted (Gloo's
 // TCP device aborts the process on a size mismatch).
+// A calibrating operation in OptiReduce mode also carries the rank's proposal for the bound
+// of its size (operation_ledger.h: how the ranks settle on one).
 struct PeerFingerprint {
   uint64_t elements;
   uint32_t element_size;
@@ -235,8 +241,29 @@ struct PeerFingerprint {
   uint8_t op;
   uint8_t hadamard;
   uint8_t version;
+  uint64_t calibration_index;  // OperationLedger::Operation::calibration_index + 1; 0: none
+  uint64_t proposal_us;        // TimeoutPolicy::Proposal; 0: no history yet
+  uint64_t cap_us;             // the rank's hard cap
 };
-static_assert(sizeof(PeerFingerprint) == 16, "fingerprint is sent as raw bytes");
+static_assert(sizeof(PeerFingerprint) == 40, "fingerprint is sent as raw bytes");
+
+// What the fingerprints of a completed exchange settle the bound of their size to: the
+// largest proposal within the smallest cap, or the smallest cap when a rank had no history.
+std::optional<OperationLedger::Agreement> Agree(const std::vector<PeerFingerprint>& all) {
+  OperationLedger::Agreement a;
+  uint64_t largest = 0, cap = UINT64_MAX;
+  bool every_rank_proposed = true;
+  for (const PeerFingerprint& f : all) {
+    if (f.calibration_index == 0) return std::nullopt;  // not a calibration in OptiReduce mode
+    a.index = std::max<uint64_t>(a.index, f.calibration_index - 1);
+    largest = std::max(largest, f.proposal_us);
+    cap = std::min(cap, f.cap_us);
+    every_rank_proposed = every_rank_proposed && f.proposal_us > 0;
+  }
+  a.capped = !every_rank_proposed || largest >= cap;
+  a.bound = std::chrono::microseconds(a.capped ? cap : largest);
+  return a;
+}
 
 // Like WaitOne for a receive, but in short slices polled through `channel` (a slice that
 // ends is no failure there, unlike a Gloo wait that times out), returning false as soon
@@ -270,14 +297,21 @@ bool WaitRecvUnless(BoundedChannel& channel, gloo::transport::UnboundBuffer& buf
 // Exchanges fingerprints with every peer and checks that they agree. With `leave` (a
 // calibrating operation on a transport with a bounded service, polled through
 // `channel`), returns false without completing the exchange once `leave()` is true.
+// `mine` holds this rank's bound proposal; with the exchange complete, `*agreement` is
+// what the fingerprints settle to (Agree).
 bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
-                      BoundedChannel* channel, const std::function<bool()>& leave) {
+                      BoundedChannel* channel, const std::function<bool()>& leave,
+                      PeerFingerprint mine,
+                      std::optional<OperationLedger::Agreement>* agreement) {
   const Impl& g = job.gloo;
   gloo::Context& ctx = *g.context;
   const int n = ctx.size;
-  PeerFingerprint mine{g.elements, static_cast<uint32_t>(g.elementSize),
-                       static_cast<uint8_t>(job.type), static_cast<uint8_t>(job.op),
-                       static_cast<uint8_t>(job.hadamard), 1};
+  mine.elements = g.elements;
+  mine.element_size = static_cast<uint32_t>(g.elementSize);
+  mine.type = static_cast<uint8_t>(job.type);
+  mine.op = static_cast<uint8_t>(job.op);
+  mine.hadamard = static_cast<uint8_t>(job.hadamard);
+  mine.version = 2;
   std::vector<PeerFingerprint> theirs(n);
   auto send_buf = ctx.createUnboundBuffer(&mine, sizeof(mine));
   auto recv_buf = ctx.createUnboundBuffer(theirs.data(), theirs.size() * sizeof(mine));
@@ -310,6 +344,8 @@ bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
                  "optireduce::allreduce (tag ", g.tag, "): ranks ", ctx.rank, " and ", peer,
                  " disagree on the reduce op or the Hadamard setting");
   }
+  theirs[ctx.rank] = mine;
+  *agreement = Agree(theirs);
   return true;
 }
 
@@ -375,8 +411,18 @@ void Run(Job job) {
     // Every rank advances the context's ledger once per operation: the (tag, sequence) key
     // seeds the Hadamard signs and names bounded operations, and the per-size count decides
     // calibration, the same on every rank (operation_ledger.h).
-    const OperationLedger::Operation op = OperationLedger::Of(g.context)->Next(
-        g.tag, bytes, job.bounded ? job.policy->options().calibration_ops : 0);
+    const std::shared_ptr<OperationLedger> ledger = OperationLedger::Of(g.context);
+    const OperationLedger::Operation op =
+        ledger->Next(g.tag, bytes, job.bounded ? job.policy->options().calibration_ops : 0);
+    // A calibrating operation settles once however it ends: bounded operations of its size
+    // read their agreed bound only after it (operation_ledger.h).
+    std::optional<OperationLedger::Agreement> agreement;
+    bool settled = false;
+    const auto settle = [&] {
+      if (!settled) ledger->Settle(bytes, op, agreement);
+      settled = true;
+    };
+    absl::Cleanup settle_on_error = settle;
     const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, op.key);
     BoundedChannel* channel = nullptr;
     if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
@@ -390,7 +436,11 @@ void Run(Job job) {
     const Deadline deadline(g.timeout);
     const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
     const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
-    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{2};
+    // The agreement exchange has a slot of its own operation (below the tag's next slot):
+    // the fingerprint of a rank that left it to join bounded peers stays unmatched there,
+    // and must not be taken by a later exchange with the tag.
+    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint64_t{2} +
+                               (op.sequence & kMetaSlotSequenceMask);
     const uint64_t bounded_op = BoundedOpId(g.tag, op.sequence, 1);
     bool bounded = channel != nullptr && g.elements > 0 && !op.calibrate;
     if (!bounded) {
@@ -406,18 +456,23 @@ void Run(Job job) {
           return channel->HasUnpostedData(bounded_op) || channel->HasUnpostedData(SiblingPhaseOp(bounded_op));
         };
       }
-      if (!VerifyPeersAgree(job, slot_meta, deadline, channel, peers_bounded)) {
+      PeerFingerprint proposal{};
+      if (op.calibration_index >= 0) {
+        proposal.calibration_index = static_cast<uint64_t>(op.calibration_index) + 1;
+        proposal.proposal_us = job.policy->Proposal(bytes).value_or(std::chrono::microseconds(0)).count();
+        proposal.cap_us = job.policy->options().hard_cap.count();
+      }
+      if (!VerifyPeersAgree(job, slot_meta, deadline, channel, peers_bounded, proposal,
+                            &agreement)) {
         bounded = true;
         stats.joined_bounded = true;
       }
+      settle();
     }
     if (bounded) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
-      const TimeBound bound = job.policy->BoundFor(bytes);
       stats.mode = OpMode::kBounded;
       stats.op = bounded_op;
-      stats.bound_ms = bound.bound.count() / 1000.0;
-      stats.bound_capped = bound.capped;
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
       BoundedTransposeArgs args;
       args.context = &ctx;
@@ -427,7 +482,21 @@ void Run(Job job) {
       args.type = job.type;
       args.op = stats.op;
       args.tag = g.tag;
-      args.bound = bound;
+      // The agreed bound, read once this rank's phase-1 data is on its way: a calibration
+      // of this size still running here may be one its peers are running bounded, and it
+      // ends (joining them) only when this rank's data arrives there.
+      const auto until = Clock::now() + (g.timeout.count() > 0 ? g.timeout : ctx.getTimeout());
+      args.settle_bound = [&job, &ledger, &g, bytes, until] {
+        bool calibrations_settled = false;
+        const auto agreed = ledger->AgreedBound(bytes, until, &calibrations_settled);
+        if (!calibrations_settled) {
+          GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", g.tag,
+                                  ") timed out waiting for the calibrating operations of ",
+                                  bytes, " bytes that run on this rank at the same time");
+        }
+        return agreed ? job.policy->BoundWith(bytes, agreed->bound, agreed->capped)
+                      : job.policy->BoundFor(bytes);
+      };
       args.max_loss = job.max_loss;
       args.compensation = job.compensation;
       // The inverse transform runs inside, fused with the placement of the result.

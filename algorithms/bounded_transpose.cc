@@ -278,7 +278,8 @@ class SourcesGuard {
 };
 
 template <typename T>
-void Run(const BoundedTransposeArgs& a, OpStats* stats) {
+void Run(const BoundedTransposeArgs& args, OpStats* stats) {
+  BoundedTransposeArgs a = args;  // a.bound may be settled below
   gloo::Context& ctx = *a.context;
   const int rank = ctx.rank;
   const int n = ctx.size;
@@ -287,8 +288,6 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
   const uint64_t op1 = a.op;
   const uint64_t op2 = SiblingPhaseOp(op1);
   const auto start = Clock::now();
-  const auto half = a.bound.bound / 2;
-  const auto repair_end = start + a.bound.bound + a.bound.repair_budget;
 
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
@@ -326,6 +325,11 @@ void Run(const BoundedTransposeArgs& a, OpStats* stats) {
     a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
                     plan.ShardCount(owner) * sizeof(T), /*estimated=*/false);
   }
+  if (a.settle_bound) a.bound = a.settle_bound();
+  stats->bound_ms = a.bound.bound.count() / 1000.0;
+  stats->bound_capped = a.bound.capped;
+  const auto half = a.bound.bound / 2;
+  const auto repair_end = start + a.bound.bound + a.bound.repair_budget;
   // A peer that has not started this allreduce when phase 1 asks it for a repair may just
   // have been descheduled (ranks call an allreduce some time apart): it is waited for until
   // the start grace, learned from how late peers usually start (TimeoutPolicy) — a fixed

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
@@ -47,6 +48,10 @@ struct BoundedTransposeArgs {
   uint64_t op = 0;  // the same on every rank for the same operation
   uint32_t tag = 0;  // for error messages
   TimeBound bound;
+  // When set, called once this rank's phase-1 data is queued (before any wait); what it
+  // returns replaces `bound` (OptiReduce mode's agreed bound, which may wait for this
+  // rank's concurrent calibrations: allreduce.cc). The bound in effect goes into the stats.
+  std::function<TimeBound()> settle_bound;
   double max_loss = kDefaultMaxLoss;
   Compensation compensation = Compensation::kDebias;
   // Transform the result back (inverse Hadamard with this seed and layout) while placing

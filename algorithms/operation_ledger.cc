@@ -70,17 +70,58 @@ OperationLedger::Operation OperationLedger::Next(uint32_t tag, size_t bytes,
   op.sequence = slot.next++;
   op.key = Key(tag, op.sequence);
   if (calibration_ops <= 0) return op;  // nothing to calibrate (or not OptiReduce mode)
-  auto it = started_by_size_.find(bytes);
-  if (it == started_by_size_.end()) {
-    if (started_by_size_.size() >= kMaxSizes) {
+  auto it = by_size_.find(bytes);
+  if (it == by_size_.end()) {
+    if (by_size_.size() >= kMaxSizes) {
       op.calibrate = true;  // not counted: exact always
       return op;
     }
-    it = started_by_size_.emplace(bytes, 0).first;
+    it = by_size_.emplace(bytes, SizeState{}).first;
   }
-  op.calibrate = it->second < calibration_ops;
-  if (op.calibrate) it->second++;
+  SizeState& size = it->second;
+  op.calibrate = size.started < calibration_ops;
+  if (op.calibrate) {
+    op.calibration_index = size.started++;
+    size.unsettled++;
+  }
   return op;
+}
+
+void OperationLedger::Settle(size_t bytes, const Operation& op,
+                             const std::optional<Agreement>& agreement) {
+  if (op.calibration_index < 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_size_.find(bytes);
+    if (it == by_size_.end()) return;
+    SizeState& size = it->second;
+    if (size.unsettled > 0) size.unsettled--;
+    if (agreement) {
+      const auto later = [](const Agreement& a, const Agreement& b) {
+        return a.index != b.index ? a.index > b.index : a.bound > b.bound;
+      };
+      if (!size.agreed || later(*agreement, *size.agreed)) size.agreed = agreement;
+    }
+  }
+  settled_.notify_all();
+}
+
+std::optional<OperationLedger::Agreement> OperationLedger::AgreedBound(
+    size_t bytes, std::chrono::steady_clock::time_point until, bool* settled) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Looked up afresh after every wake-up: other sizes may be added meanwhile (a rehash
+  // moves the entries).
+  const auto state = [&]() -> const SizeState* {
+    auto it = by_size_.find(bytes);
+    return it == by_size_.end() ? nullptr : &it->second;
+  };
+  *settled = settled_.wait_until(lock, until, [&] {
+    const SizeState* s = state();
+    return s == nullptr || s->unsettled == 0;
+  });
+  const SizeState* s = state();
+  if (s == nullptr || !s->agreed) return std::nullopt;
+  return s->agreed;
 }
 
 }  // namespace optireduce

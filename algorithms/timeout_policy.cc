@@ -64,6 +64,25 @@ void TimeoutPolicy::Configure(const TimeoutOptions& options) {
 }
 
 TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
+  return Bound(bytes, std::nullopt, false);
+}
+
+TimeBound TimeoutPolicy::BoundWith(size_t bytes, std::chrono::microseconds agreed,
+                                   bool capped) const {
+  return Bound(bytes, agreed, capped);
+}
+
+std::optional<std::chrono::microseconds> TimeoutPolicy::Proposal(size_t bytes) const {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = by_size_.find(bytes);
+    if (it == by_size_.end() || it->second.samples.empty()) return std::nullopt;
+  }
+  return Bound(bytes, std::nullopt, false).bound;
+}
+
+TimeBound TimeoutPolicy::Bound(size_t bytes, std::optional<std::chrono::microseconds> agreed,
+                               bool agreed_capped) const {
   int64_t p = 0;
   bool p_cut = false;
   std::optional<History::Sample> lag;
@@ -72,7 +91,7 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
     std::lock_guard<std::mutex> lock(mu_);
     options = options_;
     auto it = by_size_.find(bytes);
-    if (it != by_size_.end() && !it->second.samples.empty()) {
+    if (!agreed && it != by_size_.end() && !it->second.samples.empty()) {
       const History::Sample s = Percentile(
           std::vector<History::Sample>(it->second.samples.begin(), it->second.samples.end()),
           options.percentile);
@@ -87,10 +106,17 @@ TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {
     }
   }
   TimeBound b;
-  int64_t bound = p_cut ? p : static_cast<int64_t>(p * options.margin);
-  bound = std::max<int64_t>(bound, options.min_bound.count());
-  b.capped = bound >= options.hard_cap.count();
-  bound = std::min<int64_t>(bound, options.hard_cap.count());
+  int64_t bound = 0;
+  if (agreed) {
+    // Agreed by the ranks (operation_ledger.h): already within every rank's cap.
+    bound = std::max<int64_t>(1, agreed->count());
+    b.capped = agreed_capped;
+  } else {
+    bound = p_cut ? p : static_cast<int64_t>(p * options.margin);
+    bound = std::max<int64_t>(bound, options.min_bound.count());
+    b.capped = bound >= options.hard_cap.count();
+    bound = std::min<int64_t>(bound, options.hard_cap.count());
+  }
   b.bound = std::chrono::microseconds(bound);
   b.quiet = std::chrono::microseconds(std::min<int64_t>(
       options.max_quiet.count(),

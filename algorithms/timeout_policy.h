@@ -2,13 +2,16 @@
 //
 // The first `calibration_ops` operations of each size run reliably (exact TAR) and their
 // durations calibrate the bound: the P95 of that window times a margin (the paper's
-// start-up calibration). Later bounded operations keep updating a moving history, so the
-// bound follows the network. An operation that a deadline cut short only shows that it
+// start-up calibration). Later bounded operations keep updating a moving history, so
+// BoundFor follows the network. An operation that a deadline cut short only shows that it
 // needed at least the bound: it is recorded as the bound and, when it decides the
 // percentile, the bound stays (no margin on top), so operations cut by their own bound
 // never ratchet it up; repaired operations record their real duration, so a network that
-// really got slower raises it. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Each
-// phase of TAR gets half of the bound; the early timeout fires once every peer's last
+// really got slower raises it. A hard cap (OPTIREDUCE_TIMEOUT_MS) limits every bound. Ranks
+// hold different histories (and may be configured with different caps), so OptiReduce mode
+// does not run on each rank's own bound: the ranks of a context agree on one per size at
+// calibration (Proposal, BoundWith; operation_ledger.h) and keep it; later operations'
+// history feeds the start grace. Each phase of TAR gets half of the bound; the early timeout fires once every peer's last
 // packets arrived and the input stayed quiet for `early_quiet_fraction` of the bound
 // (at most `max_quiet`).
 //
@@ -26,6 +29,7 @@
 #include <cstddef>
 #include <deque>
 #include <mutex>
+#include <optional>
 
 #include "absl/container/flat_hash_map.h"
 
@@ -87,6 +91,13 @@ class TimeoutPolicy {
   // `gave_up`: a peer had not started when the operation stopped waiting at `lag`.
   void RecordStartLag(size_t bytes, std::chrono::microseconds lag, bool gave_up);
   TimeBound BoundFor(size_t bytes) const;
+  // The bound of an operation whose ranks agreed on `agreed` (operation_ledger.h): the
+  // quiet period, repair budget and start grace follow from it as in BoundFor, the start
+  // grace from this rank's own history of start lags; `capped` as agreed.
+  TimeBound BoundWith(size_t bytes, std::chrono::microseconds agreed, bool capped) const;
+  // What this rank proposes as the bound of `bytes` when its ranks agree on one: BoundFor's
+  // bound; nullopt while no operation of that size was recorded.
+  std::optional<std::chrono::microseconds> Proposal(size_t bytes) const;
   TimeoutOptions options() const;
   // Replaces the options and forgets every history (start-up configuration).
   void Configure(const TimeoutOptions& options);
@@ -102,6 +113,8 @@ class TimeoutPolicy {
     std::deque<Sample> start_lags;  // `cut`: the peer was given up at that lag
   };
   void Add(size_t bytes, int64_t us, bool cut);
+  TimeBound Bound(size_t bytes, std::optional<std::chrono::microseconds> agreed,
+                  bool agreed_capped) const;
 
   TimeoutOptions options_;
   mutable std::mutex mu_;

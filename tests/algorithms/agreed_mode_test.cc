@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 #include <mutex>
 #include <random>
 #include <string>
@@ -216,6 +217,73 @@ TEST(AgreedMode, ACalibratingRankWhosePeerRunsBoundedJoinsIt) {
   }, Loop());
 }
 
+// The bound of a bounded operation is the same on every rank although each rank's own
+// history and configuration would give another: rank 1's history is inflated (as a rank
+// whose calibrations ran on a busier core) and its cap is higher; rank 0's cap is lower.
+// The ranks settle on the largest proposal within the smallest cap at calibration.
+TEST(AgreedMode, RanksWithDifferentHistoriesAndCapsUseOneBoundPerOperation) {
+  constexpr size_t kCount = 1 << 14;
+  constexpr int kBounded = 4;
+  std::mutex mu;
+  std::vector<std::vector<double>> bounds(2);
+  testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = kCalibration;
+    o.min_bound = std::chrono::milliseconds(400);
+    o.max_quiet = std::chrono::milliseconds(200);
+    o.peer_timeout_factor = 0;
+    o.hard_cap = ctx->rank == 0 ? std::chrono::milliseconds(1500) : std::chrono::seconds(5);
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    if (ctx->rank == 1) policy->Record(kCount * sizeof(float), std::chrono::seconds(2));
+    const auto own = policy->BoundFor(kCount * sizeof(float)).bound;
+    std::vector<double> mine;
+    for (uint64_t step = 0; step < kCalibration + kBounded; step++) {
+      Call c = Reduce(ctx, policy, ctx->rank, step, kCount, 0);
+      EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
+      if (step < kCalibration) {
+        EXPECT_EQ(c.stats.mode, "calibration") << c.stats.ToJson();
+        continue;
+      }
+      EXPECT_EQ(c.stats.mode, "bounded") << c.stats.ToJson();
+      EXPECT_LE(c.stats.bound_ms, 1500) << "beyond rank 0's cap: " << c.stats.ToJson();
+      mine.push_back(c.stats.bound_capped ? -c.stats.bound_ms : c.stats.bound_ms);
+    }
+    if (ctx->rank == 1) {
+      EXPECT_GT(own, std::chrono::milliseconds(1500)) << "rank 1's own bound is not inflated";
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      bounds[ctx->rank] = mine;
+    }
+    Barrier(ctx);
+  }, Loop());
+  ASSERT_EQ(bounds[0].size(), static_cast<size_t>(kBounded));
+  EXPECT_EQ(bounds[0], bounds[1]);
+}
+
+// After a join the joining rank's fingerprint was left at its bounded peer, unmatched on
+// the exchange slot of the tag: the next exchange with that tag (here a new size, C++'s
+// default tag 0 reused) matched the stale fingerprint and failed ("rank 1 has 16384
+// elements"). Each exchange now has a slot of its own operation.
+TEST(AgreedMode, AJoinLeavesNothingForTheNextExchangeOfItsTag) {
+  testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = ctx->rank == 0 ? 1 : 2;  // rank 1 calibrates step 1, rank 0 not
+    o.min_bound = std::chrono::seconds(1);
+    o.peer_timeout_factor = 0;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    for (uint64_t step = 0; step < 2; step++) {
+      Call c = Reduce(ctx, policy, ctx->rank, step, 1 << 14, 0);
+      EXPECT_EQ(c.stats.joined_bounded, ctx->rank == 1 && step == 1) << c.stats.ToJson();
+    }
+    for (uint64_t step = 2; step < 4; step++) {
+      Call c = Reduce(ctx, policy, ctx->rank, step, 1 << 12, 0);  // a new size calibrates
+      EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
+    }
+    Barrier(ctx);
+  }, Loop());
+}
+
 std::string Counters(const std::shared_ptr<gloo::Context>& ctx) {
   auto* endpoint = dynamic_cast<transport::BoundedEndpoint*>(BoundedChannelOf(*ctx));
   if (endpoint == nullptr) return "";
@@ -273,6 +341,8 @@ TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
 // Meant for TSan.
 TEST(AgreedMode, TwoConcurrentBoundedAllreducesOnOneContextUnderLoss) {
   constexpr int kIterations = 200;
+  std::mutex bounds_mu;
+  std::map<uint64_t, double> bound_of_op[2];
   testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = RankPolicy();
     std::atomic<int> bounded{0}, joined{0};
@@ -280,7 +350,11 @@ TEST(AgreedMode, TwoConcurrentBoundedAllreducesOnOneContextUnderLoss) {
       for (int i = 0; i < kIterations; i++) {
         Call c = Reduce(ctx, policy, ctx->rank, i % 8, n, tag);
         for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
-        if (c.stats.mode == OpMode::kBounded) bounded++;
+        if (c.stats.mode == OpMode::kBounded) {
+          bounded++;
+          std::lock_guard<std::mutex> lock(bounds_mu);
+          bound_of_op[ctx->rank][c.stats.op] = c.stats.bound_ms;
+        }
         if (c.stats.joined_bounded) joined++;
         // Debiased loss of ~1% on smooth data: far below 10% relative error.
         ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), 0.1) << c.stats.ToJson();
@@ -294,6 +368,8 @@ TEST(AgreedMode, TwoConcurrentBoundedAllreducesOnOneContextUnderLoss) {
     EXPECT_EQ(bounded.load(), 2 * kIterations - kCalibration + joined.load());
     Barrier(ctx, 78);
   }, Loop("drop=0.01,seed=5"));
+  // Every bounded operation ran with one bound on both ranks, the joined ones too.
+  EXPECT_EQ(bound_of_op[0], bound_of_op[1]);
 }
 
 // The transport's liveness reports a peer gone: the allreduce raises gloo::IoException

@@ -322,6 +322,7 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
     auto policy = std::make_shared<TimeoutPolicy>(o);
     gloo::BarrierOptions b(ctx);
     b.setTag(5);
+    OpStats last;
     for (uint64_t step = 0; step < 3 + 6; step++) {
       gloo::barrier(b);
       Result r = Reduce(ctx, policy, step, 0.05);
@@ -329,12 +330,17 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
         ASSERT_EQ(r.stats.mode, OpMode::kBounded);
         ASSERT_GE(r.stats.start_lag_ms, 0) << r.stats.ToJson();
       }
+      last = r.stats;
     }
-    const TimeBound bound = policy->BoundFor(kCount * 4);
+    // The bound the ranks agreed on (the same for every bounded operation of the size), with
+    // this rank's learned start grace.
+    const TimeBound bound = policy->BoundWith(
+        kCount * 4, std::chrono::microseconds(std::llround(last.bound_ms * 1000)),
+        last.bound_capped);
     ASSERT_TRUE(bound.start_grace_learned);
     const auto latest = bound.bound / 2 + bound.repair_budget;  // without history
     ASSERT_LT(bound.start_grace, latest / 2) << "peers that start together, yet a grace of "
-                                             << bound.start_grace.count() << " us";
+                                             << bound.start_grace.count() << " us" << last.ToJson();
     gloo::barrier(b);
     const bool straggler = ctx->rank == 2;
     if (straggler) std::this_thread::sleep_for(2 * (bound.bound + bound.repair_budget));

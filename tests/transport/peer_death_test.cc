@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -54,6 +55,10 @@ class PeerDeath : public ::testing::TestWithParam<Case> {
 
 TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
   const auto& [device, op, at, how] = GetParam();
+  if (device == "dpdk" && how != "stop" && std::getenv("OPTIREDUCE_TEST_MEMIF_DEATH") == nullptr) {
+    GTEST_SKIP() << "a memif peer that exits or is killed can crash the survivor inside the "
+                    "memif PMD (see DpdkMemif below); OPTIREDUCE_TEST_MEMIF_DEATH=1 runs it";
+  }
   const int n = 3, victim = 2;
   for (int r = 0; r < n; ++r) {
     pids_.push_back(SpawnProcess(
@@ -116,7 +121,22 @@ INSTANTIATE_TEST_SUITE_P(UdpSilent, PeerDeath,
                                             ::testing::Values("during", "between"),
                                             ::testing::Values("stop")),
                          Name);
+// OptiReduce mode (bounded TAR past calibration): a dead peer is an error, not absorbed.
+INSTANTIATE_TEST_SUITE_P(UdpOptiReduce, PeerDeath,
+                         ::testing::Combine(::testing::Values("udp"),
+                                            ::testing::Values("optireduce"),
+                                            ::testing::Values("during", "between"),
+                                            ::testing::Values("exit", "kill", "stop")),
+                         Name);
 #ifdef OPTIREDUCE_TEST_DPDK
+// On memif: stopped in CI; exit and kill with OPTIREDUCE_TEST_MEMIF_DEATH=1 (the PMD crash
+// below).
+INSTANTIATE_TEST_SUITE_P(DpdkMemifOptiReduce, PeerDeath,
+                         ::testing::Combine(::testing::Values("dpdk"),
+                                            ::testing::Values("optireduce"),
+                                            ::testing::Values("during", "between"),
+                                            ::testing::Values("exit", "kill", "stop")),
+                         Name);
 // memif has no ICMP: the probes find every kind of death. A victim that is stopped keeps
 // its memif links up; one that exits or is killed takes them down, and the memif PMD
 // (DPDK 23) then unmaps the dead peer's regions from its interrupt thread while this

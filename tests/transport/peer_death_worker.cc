@@ -3,7 +3,7 @@
 // dies at its point and the survivors must raise gloo::IoException.
 //
 //   peer_death_worker --rank=R --size=N --store=DIR --info=DIR --victim=V
-//                     --device=udp|tcp|dpdk --op=allreduce|broadcast|barrier|sendrecv|recv_any|idle
+//                     --device=udp|tcp|dpdk --op=allreduce|optireduce|broadcast|barrier|sendrecv|recv_any|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
 //
@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -33,6 +34,7 @@
 #include <thread>
 #include <vector>
 
+#include "algorithms/allreduce.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/device.h"
 #ifdef OPTIREDUCE_HAVE_DPDK
@@ -83,6 +85,30 @@ std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& c
     gloo::allreduce(o);
     const int32_t want = n * (n - 1) / 2 + n * i;
     return v[0] == want && v[kElems - 1] == want ? "" : "allreduce gave a wrong sum";
+  }
+  if (op == "optireduce") {
+    // OptiReduce mode past calibration (2 reliable operations, then bounded): a dead peer is
+    // an error there too, while loss and lateness are absorbed.
+    static const auto policy = [] {
+      optireduce::TimeoutOptions t;
+      t.calibration_ops = 2;
+      t.min_bound = std::chrono::milliseconds(300);
+      t.hard_cap = std::chrono::seconds(1);
+      return std::make_shared<optireduce::TimeoutPolicy>(t);
+    }();
+    std::vector<float> v(kElems, static_cast<float>(r + i));
+    optireduce::AllreduceOptions o(ctx);
+    o.setOutput(v.data(), v.size());
+    o.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(
+        &gloo::sum<float>));
+    o.setMode(optireduce::AllreduceOptions::Mode::kBounded);
+    o.setTimeoutPolicy(policy);
+    o.setTag(5);
+    optireduce::allreduce(o);
+    for (float x : v) {
+      if (!std::isfinite(x)) return "OptiReduce mode gave a non-finite value";
+    }
+    return "";
   }
   if (op == "broadcast") {
     std::vector<int32_t> v(kElems, r == 0 ? i : -1);

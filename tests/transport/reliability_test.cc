@@ -4,6 +4,7 @@
 //    bounded mode within bound + repair budget every time, RSS flat after warm-up.
 //    OPTIREDUCE_SOAK_SECONDS sets its length (default 60 s, and at least 600 iterations;
 //    see SECURITY.md).
+//  - PeerFailureLatePeer: a rank calls one bounded collective three bounds late: absorbed.
 //  - PeerFailure: a rank SIGKILLed at each point of a bounded collective and during
 //    reliable TAR; survivors' bounded operations return (damage flagged) until the
 //    transport finds the rank gone, then raise gloo::IoException naming it, within the
@@ -150,6 +151,18 @@ TEST_P(PeerFailure, SurvivorsFinishInTimeAndRestartedRankJoinsNewJobCleanly) {
   for (int r = 0; r < n; r++) {
     EXPECT_EQ(WaitRank(r, std::chrono::seconds(90)), 0)
         << "rank " << r << (r == victim ? " (restarted)" : " (survivor)")
+        << " failed or hung (1000 = killed; see its stderr)";
+  }
+}
+
+// Next to a dead peer, a merely late one (it calls one operation three bounds late): the
+// others complete that operation without it, flagged, no exception; exact afterwards.
+TEST_F(ReliabilityProcesses, PeerFailureLatePeerIsAbsorbedNotAnError) {
+  const int n = 4, late = 2;
+  for (int r = 0; r < n; r++) StartRank(r, n, {"--mode=late", "--victim=" + std::to_string(late)});
+  for (int r = 0; r < n; r++) {
+    EXPECT_EQ(WaitRank(r, std::chrono::seconds(120)), 0)
+        << "rank " << r << (r == late ? " (late)" : "")
         << " failed or hung (1000 = killed; see its stderr)";
   }
 }

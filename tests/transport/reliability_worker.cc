@@ -11,6 +11,8 @@
 //                    itself at --kill_at=before1|during1|between|during2|repair, or reliable
 //                    TAR (--kill_at=tar); survivors must return/raise within their bounds,
 //                    then join a new job (--store2) on the same --port.
+//   --mode=late      bounded collectives in which rank --victim calls one operation three
+//                    bounds late: absorbed (no exception, flagged), exact afterwards
 //   --mode=rejoin    the restarted victim: joins the new job on its old port while the old
 //                    job's packets may still arrive; they must be counted and dropped.
 //
@@ -638,6 +640,63 @@ int PeerFail(int size) {
   return 0;
 }
 
+// A late peer, not a dead one: --victim sleeps three times the bound before it calls one
+// bounded operation (fault injection in the late rank). The others complete that operation
+// within bound + repair budget with the late rank's data missing, flagged in the stats, and
+// raise nothing; the late rank completes it too. After a barrier the job goes on exact.
+int LatePeer(int size) {
+  const int late = std::stoi(g_args["victim"]);
+  auto device = MakeDevice();
+  auto ctx = Connect(g_args["store"], device, size, std::chrono::milliseconds(30000));
+  const Gradients grads(g_rank, size);
+  TimeoutOptions topts;
+  topts.calibration_ops = 2;
+  topts.min_bound = std::chrono::milliseconds(300);
+  topts.hard_cap = std::chrono::seconds(1);
+  topts.max_quiet = std::chrono::milliseconds(100);
+  auto policy = std::make_shared<TimeoutPolicy>(topts);
+  gloo::BarrierOptions barrier(ctx);
+  barrier.setTag(9);
+  double bound_ms = 0;
+  for (uint64_t step = 0; step < 3; step++) {
+    BoundedResult r = Bounded(ctx, grads, step, policy, 0.05);
+    CHECK_OR_DIE(r.finite && r.rel_l2 < 0.5, "warm-up step %lu: rel L2 %g %s",
+                 (unsigned long)step, r.rel_l2, r.stats.ToJson().c_str());
+    bound_ms = r.stats.bound_ms;  // the agreed bound: the same on every rank
+  }
+  CHECK_OR_DIE(bound_ms > 0, "no bounded operation in the warm-up");
+  gloo::barrier(barrier);
+  if (g_rank == late) {
+    std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(3000 * bound_ms)));
+  }
+  BoundedResult r = Bounded(ctx, grads, 3, policy, 0.05);  // raises nothing, on any rank
+  std::fprintf(stderr, "rank %d: the late operation took %.3f s (bound %.0f ms): %s\n", g_rank,
+               r.seconds, bound_ms, r.stats.ToJson().c_str());
+  CHECK_OR_DIE(r.finite, "late step: non-finite result");
+  CHECK_OR_DIE(r.stats.mode == optireduce::OpMode::kBounded, "late step: mode %s", optireduce::OpModeName(r.stats.mode));
+  if (g_rank != late) {
+    const std::vector<int>& missing = r.stats.phase[0].late_peers;
+    CHECK_OR_DIE(r.stats.damaged && std::find(missing.begin(), missing.end(), late) != missing.end(),
+                 "rank %d's missing data is not flagged: %s", late, r.stats.ToJson().c_str());
+    CHECK_OR_DIE(r.seconds <= BoundedLimitSeconds(r.stats, 3.0), "late step took %.3f s: %s",
+                 r.seconds, r.stats.ToJson().c_str());
+  }
+  gloo::barrier(barrier);
+  for (uint64_t step = 4; step < 10; step++) {
+    BoundedResult next = Bounded(ctx, grads, step, policy, 0.05);
+    // Exact but for float rounding unless the network lost data (flagged as loss).
+    const double limit = next.stats.loss_pct > 0 ? 0.05 : 1e-4;
+    CHECK_OR_DIE(next.finite && next.rel_l2 < limit && next.stats.mode == optireduce::OpMode::kBounded,
+                 "step %lu after the late one: rel L2 %g %s", (unsigned long)step, next.rel_l2,
+                 next.stats.ToJson().c_str());
+    std::string err = ReliableTar(ctx, 4097, step, nullptr, std::chrono::milliseconds(30000));
+    CHECK_OR_DIE(err.empty(), "after the late step: %s", err.c_str());
+  }
+  gloo::barrier(barrier);
+  std::printf("rank %d: late peer absorbed, job exact afterwards\n", g_rank);
+  return 0;
+}
+
 int Rejoin(int size) {
   auto device = MakeDevice();  // the old port: the old job's packets may still arrive
   Touch(g_args["info"] + "/ready." + std::to_string(g_rank));
@@ -669,6 +728,7 @@ int main(int argc, char** argv) {
     if (mode == "soak") return Soak(size);
     if (mode == "peerfail") return PeerFail(size);
     if (mode == "rejoin") return Rejoin(size);
+    if (mode == "late") return LatePeer(size);
     std::fprintf(stderr, "unknown mode '%s'\n", mode.c_str());
     return 2;
   } catch (const std::exception& e) {
