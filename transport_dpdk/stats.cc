@@ -18,7 +18,8 @@ std::string Stats::ToString() const {
       "tx ", tx_packets, " pkts/", tx_bytes, " B, rx ", rx_packets, " pkts/",
       rx_bytes, " B, retx ", retransmits, "/", retransmitted_bytes, " B (rto ",
       rto_events, ", fast ", fast_retransmits, ", tlp ", tlp_probes, ", spurious ",
-      spurious_retransmits, "), dup ", duplicates, ", acks ", acks_sent, "/",
+      spurious_retransmits, ", spurious rto ", spurious_rtos, ", silences ", long_silences,
+      "/", long_silence_us, " us), dup ", duplicates, ", acks ", acks_sent, "/",
       acks_received, ", eager ", eager_messages, ", rdv ", rendezvous_messages,
       "; dropped: token ", bad_token, " ctx ", bad_context, " rank ", bad_rank,
       " offset ", bad_offset, " msg ", unknown_message, " window ",
@@ -55,6 +56,9 @@ Stats AtomicStats::Snapshot() const {
   s.retransmitted_bytes = r(retransmitted_bytes);
   s.tlp_probes = r(tlp_probes);
   s.spurious_retransmits = r(spurious_retransmits);
+  s.spurious_rtos = r(spurious_rtos);
+  s.long_silences = r(long_silences);
+  s.long_silence_us = r(long_silence_us);
   s.duplicates = r(duplicates);
   s.acks_sent = r(acks_sent);
   s.acks_received = r(acks_received);

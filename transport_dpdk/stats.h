@@ -19,6 +19,10 @@ struct Stats {
   uint64_t retransmitted_bytes = 0;  // payload bytes resent
   uint64_t tlp_probes = 0;           // tail-loss probes
   uint64_t spurious_retransmits = 0; // resends the receiver reported duplicate
+  uint64_t spurious_rtos = 0;        // RTOs the next ack proved unneeded (undone)
+  // Acks that ended a silence of at least the RTO floor with packets outstanding,
+  // and the summed length of those silences (time recovery waited on a timer).
+  uint64_t long_silences = 0, long_silence_us = 0;
   uint64_t duplicates = 0;        // seq already received (re-acked)
   uint64_t acks_sent = 0, acks_received = 0;
   uint64_t eager_messages = 0, rendezvous_messages = 0;
@@ -60,6 +64,7 @@ struct AtomicStats {
   std::atomic<uint64_t> rx_packets{0}, rx_bytes{0};
   std::atomic<uint64_t> retransmits{0}, rto_events{0}, fast_retransmits{0};
   std::atomic<uint64_t> retransmitted_bytes{0}, tlp_probes{0}, spurious_retransmits{0};
+  std::atomic<uint64_t> spurious_rtos{0}, long_silences{0}, long_silence_us{0};
   std::atomic<uint64_t> duplicates{0}, acks_sent{0}, acks_received{0};
   std::atomic<uint64_t> eager_messages{0}, rendezvous_messages{0};
   std::atomic<uint64_t> malformed[static_cast<int>(ParseError::kCount)] = {};

@@ -21,6 +21,7 @@ bool ReliableSender::CanSendNew(uint32_t bytes, Time now) {
 }
 
 void ReliableSender::OnSendNew(uint64_t seq, uint32_t bytes, Time now) {
+  if (sb_.empty()) busy_since_ = now;
   sb_.OnSend(seq, bytes, now);
   pacer_.OnSend(bytes);
   last_new_send_ = now;
@@ -118,6 +119,11 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
     delivered(seq);
   }
   if (packets > 0) {
+    const Time since = std::max(last_progress_, busy_since_);
+    if (now - since >= opts_.min_rto) {
+      ++counters_.long_silences;
+      counters_.long_silence_us += std::chrono::duration_cast<us>(now - since).count();
+    }
     last_progress_ = now;
     rtt_.ResetBackoff();
     probe_pending_ = probe_outstanding_ = false;

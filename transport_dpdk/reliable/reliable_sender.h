@@ -65,6 +65,11 @@ class ReliableSender {
     uint64_t spurious = 0;         // retransmissions proven unneeded
     uint64_t undos = 0;            // congestion reductions undone
     uint64_t spurious_rtos = 0;    // RTOs undone by the next ack
+    // Acks that delivered something after a silence of at least min_rto
+    // with packets outstanding, and the summed length of those silences:
+    // the time the sender spent waiting for a timer instead of the ack clock.
+    uint64_t long_silences = 0;
+    uint64_t long_silence_us = 0;
   };
 
   explicit ReliableSender(const Options& o);
@@ -122,6 +127,7 @@ class ReliableSender {
   Counters counters_;
   Time last_progress_{};   // last ack that delivered something
   Time last_new_send_{};
+  Time busy_since_{};      // when the scoreboard last became non-empty
   // After an RTO until the next ack that delivers something: its time.
   bool rto_pending_check_ = false;
   Time rto_time_{};
