@@ -125,6 +125,7 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
       counters_.long_silence_us += std::chrono::duration_cast<us>(now - since).count();
     }
     last_progress_ = now;
+    consecutive_rtos_ = 0;
     rtt_.ResetBackoff();
     probe_pending_ = probe_outstanding_ = false;
   }
@@ -146,18 +147,21 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
 ReliableSender::Time ReliableSender::RtoDeadline() const {
   const uint64_t head = sb_.OldestInFlight();
   if (head == kNone) return Time::max();
-  return std::max(sb_.Get(head).sent, last_progress_) + rtt_.rto();
+  return std::max({sb_.Get(head).sent, last_progress_, last_probe_}) + rtt_.rto();
 }
 
 ReliableSender::Time ReliableSender::ProbeDeadline() const {
-  if (probe_outstanding_ || sb_.in_flight_packets() == 0 || sb_.lost_packets() > 0 ||
-      cwnd_.in_recovery()) {
+  // In recovery too, once every lost packet is resent: when the tail of the
+  // flight (retransmissions included) is lost, nothing sent later comes back
+  // for RACK to judge it by.
+  if (probe_outstanding_ || sb_.in_flight_packets() == 0 || sb_.lost_packets() > 0) {
     return Time::max();
   }
   us pto = rtt_.srtt().count() > 0 ? 2 * rtt_.srtt() + opts_.max_ack_delay : rtt_.rto();
   pto = std::max(pto, opts_.min_pto);
-  if (pto >= rtt_.rto()) return Time::max();  // the RTO comes first
-  return std::max(last_new_send_, last_progress_) + pto;
+  // Never after the RTO: the probe takes its place (RFC 8985 §7.2) and the
+  // RTO restarts from the probe.
+  return std::min(std::max(last_new_send_, last_progress_) + pto, RtoDeadline());
 }
 
 void ReliableSender::OnTimer(Time now) {
@@ -169,18 +173,24 @@ void ReliableSender::OnTimer(Time now) {
       cwnd_.OnLoss(sb_.next_seq());
     }
   }
-  if (now >= RtoDeadline()) {
+  if (now >= ProbeDeadline()) {
+    probe_pending_ = probe_outstanding_ = true;
+    last_probe_ = now;
+  } else if (now >= RtoDeadline()) {
     ++counters_.rto_events;
     counters_.rto_lost += sb_.in_flight_packets();
-    rtt_.Backoff();
+    // A thin flight's RTOs stay linear for the first few (see the header).
+    if (sb_.in_flight_packets() >= kThinFlight ||
+        consecutive_rtos_ >= kLinearRtos) {
+      rtt_.Backoff();
+    }
+    ++consecutive_rtos_;
     StartEpisode();
     cwnd_.OnRto(sb_.next_seq());
     sb_.MarkAllLost();
     probe_pending_ = probe_outstanding_ = false;
     rto_pending_check_ = true;
     rto_time_ = now;
-  } else if (now >= ProbeDeadline()) {
-    probe_pending_ = probe_outstanding_ = true;
   }
   UpdatePacing();
 }
