@@ -475,6 +475,24 @@ TEST(ReliableSender, ThinFlightRtosAreLinearForSixThenBackOff) {
   for (int i = 1; i < 5; ++i) EXPECT_NEAR(thick[i], thick[0], 20) << i;
 }
 
+// With a steady RTT (variance near zero) the probe waits srtt plus a margin
+// (max(4 rttvar, min_pto)), not 2 srtt: a long srtt is mostly the sender's
+// own queue, and doubling it only delays finding a lost tail.
+TEST(ReliableSender, ProbeAfterASteadyLongRttWaitsAMarginNotTwoRoundTrips) {
+  ReliableSender s(Opts());  // min_pto 1 ms, max ack delay 100 us
+  for (int i = 0; i < 20; ++i) {
+    SendNew(s, 1, i * 4000);
+    Ack(s, static_cast<uint64_t>(i) + 1, {}, i * 4000 + 3500);
+  }
+  const long t0 = 100000;
+  SendNew(s, 10, t0);  // the last one leaves at t0 + 9
+  Ack(s, 25, {}, t0 + 3500);
+  const long t = RunTimersUntil(s, t0 + 3500, t0 + 100000, [&](long) { return s.probe_pending(); });
+  ASSERT_GT(t, 0);
+  EXPECT_LE(t, t0 + 3500 + 1000 + 100 + 50);
+  EXPECT_LT(t, t0 + 2 * 3500);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace optireduce

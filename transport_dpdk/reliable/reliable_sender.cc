@@ -24,7 +24,6 @@ void ReliableSender::OnSendNew(uint64_t seq, uint32_t bytes, Time now) {
   if (sb_.empty()) busy_since_ = now;
   sb_.OnSend(seq, bytes, now);
   pacer_.OnSend(bytes);
-  last_new_send_ = now;
 }
 
 uint64_t ReliableSender::NextRetransmit(Time now) {
@@ -157,11 +156,21 @@ ReliableSender::Time ReliableSender::ProbeDeadline() const {
   if (probe_outstanding_ || sb_.in_flight_packets() == 0 || sb_.lost_packets() > 0) {
     return Time::max();
   }
-  us pto = rtt_.srtt().count() > 0 ? 2 * rtt_.srtt() + opts_.max_ack_delay : rtt_.rto();
+  // 2 srtt (RFC 8985), or sooner when the RTT is steady: srtt + max(4 rttvar,
+  // min_pto). A long srtt here is mostly the sender's own queue, which is
+  // steady; doubling it only delays finding a lost tail, and a needless probe
+  // costs one packet.
+  us pto = rtt_.rto();
+  if (rtt_.srtt().count() > 0) {
+    pto = std::min(2 * rtt_.srtt(), rtt_.srtt() + std::max(4 * rtt_.rttvar(), opts_.min_pto)) +
+          opts_.max_ack_delay;
+  }
   pto = std::max(pto, opts_.min_pto);
   // Never after the RTO: the probe takes its place (RFC 8985 §7.2) and the
   // RTO restarts from the probe.
-  return std::min(std::max(last_new_send_, last_progress_) + pto, RtoDeadline());
+  // From the newest transmission: its ack is the one a lost tail withholds,
+  // and acks of older packets do not postpone it.
+  return std::min(sb_.Get(sb_.NewestInFlight()).sent + pto, RtoDeadline());
 }
 
 void ReliableSender::OnTimer(Time now) {

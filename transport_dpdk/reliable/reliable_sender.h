@@ -5,9 +5,10 @@
 //  - Acks (cumulative point + selective bitmap + a reported duplicate) are
 //    applied through SendScoreboard at a cost independent of the window.
 //  - Loss: RACK (LossDetector) after every ack and when its reorder timer
-//    fires; a tail-loss probe after max(2 SRTT + max ack delay, min_pto)
-//    without an ack (new data if the engine has any, else the newest packet
-//    again) so a lost tail is found by the probe's ack in about a round trip
+//    fires; a tail-loss probe once the newest transmission is unacked for
+//    min(2 srtt, srtt + max(4 rttvar, min_pto)) + max ack delay (at least
+//    min_pto; new data if the engine has any, else the newest packet again)
+//    so a lost tail is found by the probe's ack in about a round trip
 //    (also in recovery once every lost packet is resent; never later than the
 //    RTO, which restarts from the probe); on an RTO (rtt_estimator.h;
 //    exponential backoff, restarted by
@@ -137,7 +138,6 @@ class ReliableSender {
   Pacer pacer_;
   Counters counters_;
   Time last_progress_{};   // last ack that delivered something
-  Time last_new_send_{};
   Time last_probe_{};      // the RTO restarts from a probe
   int consecutive_rtos_ = 0;  // since the last ack that delivered something
   Time busy_since_{};      // when the scoreboard last became non-empty

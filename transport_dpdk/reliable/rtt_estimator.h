@@ -41,6 +41,7 @@ class RttEstimator {
   }
   us rto() const { return rto_; }
   us srtt() const { return us(static_cast<long>(have_ ? srtt_ : 0)); }
+  us rttvar() const { return us(static_cast<long>(have_ ? rttvar_ : 0)); }
 
  private:
   void Recompute() {
