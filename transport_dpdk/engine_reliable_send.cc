@@ -170,6 +170,9 @@ void Engine::Impl::HandleAck(Ctx& c, Peer& p, const WireHeader& h,
   }
   Bump(stats.fast_retransmits, s.counters().rack_lost - before.rack_lost);
   Bump(stats.spurious_retransmits, s.counters().spurious - before.spurious);
+  Bump(stats.spurious_rtos, s.counters().spurious_rtos - before.spurious_rtos);
+  Bump(stats.long_silences, s.counters().long_silences - before.long_silences);
+  Bump(stats.long_silence_us, s.counters().long_silence_us - before.long_silence_us);
 }
 
 void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r) {

@@ -136,6 +136,17 @@ bool FaultInjector::TailDrop(const RxDatagram& d) {
   return true;
 }
 
+void FaultInjector::CountDropped(const RxDatagram& d) {
+  if (d.len < kHeaderBytes) return;
+  WireHeader h;
+  if (ParseDatagram(d.data, d.len, &h, /*link_protects_payload=*/true) != ParseError::kOk) {
+    return;
+  }
+  if (h.type == static_cast<uint8_t>(PacketType::kData) && !(h.flags & kFlagUnreliable)) {
+    Bump(counters_.data_bytes_dropped, h.payload_length);
+  }
+}
+
 size_t FaultInjector::TxBurst(const TxDatagram* d, size_t n) {
   Bump(counters_.tx_offered, n);
   size_t offer = n;
@@ -188,10 +199,12 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
     Bump(counters_.seen);
     if (Chance(spec_.drop)) {
       Bump(counters_.dropped);
+      CountDropped(d);
       continue;
     }
     if (BurstLoss()) {
       Bump(counters_.burst_dropped);
+      CountDropped(d);
       continue;
     }
     if (spec_.ack_drop > 0 && IsAck(d) && Chance(spec_.ack_drop)) {
@@ -200,6 +213,7 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
     }
     if (TailDrop(d)) {
       Bump(counters_.tail_dropped);
+      CountDropped(d);
       continue;
     }
     if (d.len > 0 && Chance(spec_.corrupt)) {

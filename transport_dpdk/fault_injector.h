@@ -62,6 +62,9 @@ struct FaultCounters {
   std::atomic<uint64_t> burst_dropped{0}, bursts{0}, acks_dropped{0},
       tail_dropped{0};
   std::atomic<uint64_t> tx_offered{0}, tx_refused{0};  // datagrams
+  // Payload bytes of reliable data packets dropped on receive (any rule): what
+  // the senders' retransmitted bytes are compared with.
+  std::atomic<uint64_t> data_bytes_dropped{0};
 };
 
 class FaultInjector : public PacketIo {
@@ -109,6 +112,8 @@ class FaultInjector : public PacketIo {
   // message, seen for the first time?
   bool IsAck(const RxDatagram& d) const;
   bool TailDrop(const RxDatagram& d);
+  // Counts a dropped datagram's payload if it is a reliable data packet.
+  void CountDropped(const RxDatagram& d);
 
   std::unique_ptr<PacketIo> inner_;
   const FaultSpec spec_;

@@ -21,6 +21,10 @@ namespace transport {
   X(retransmitted_bytes)  /* payload bytes resent */                                     \
   X(tlp_probes)           /* tail-loss probes */                                         \
   X(spurious_retransmits) /* resends the receiver reported duplicate */                  \
+  X(spurious_rtos)        /* RTOs the next ack proved unneeded (undone) */             \
+  /* Acks that ended a silence of at least the RTO floor with packets outstanding, */ \
+  /* and the summed length of those silences (time recovery waited on a timer). */   \
+  X(long_silences) X(long_silence_us)                                                   \
   X(duplicates)           /* seq already received (re-acked) */                          \
   X(acks_sent) X(acks_received)                                                          \
   X(eager_messages) X(rendezvous_messages)                                               \

@@ -357,6 +357,142 @@ TEST(ReliableSender, PacingSpreadsAWindowOverTheRoundTrip) {
   EXPECT_TRUE(s.CanSendNew(1000, next));
 }
 
+// A long but steady round trip (a queue: every sample 3.5 ms): the RTO must
+// stay far enough above it that a tail loss is found by a probe, not by an
+// RTO that marks everything lost and drops the window to one packet.
+TEST(ReliableSender, SteadyLongRttLeavesRoomForAProbeBeforeTheRto) {
+  ReliableSender s(Opts());
+  for (int i = 0; i < 20; ++i) {
+    SendNew(s, 1, i * 4000);
+    Ack(s, static_cast<uint64_t>(i) + 1, {}, i * 4000 + 3500);
+  }
+  EXPECT_GE(s.rtt().rto(), s.rtt().srtt() + us(4000));
+  const long t0 = 100000;
+  SendNew(s, 10, t0);
+  Ack(s, 25, {}, t0 + 3500);  // 20..24 arrive, the last five are lost
+  const long t = RunTimersUntil(s, t0 + 3500, t0 + 100000, [&](long) {
+    return s.probe_pending() || s.counters().rto_events > 0;
+  });
+  ASSERT_GT(t, 0);
+  EXPECT_TRUE(s.probe_pending());
+  EXPECT_EQ(s.counters().rto_events, 0u);
+}
+
+// When the probe time is past the RTO, the probe is sent at the RTO's time
+// instead (RFC 8985: PTO = min(PTO, RTO)) and the RTO restarts from it.
+TEST(ReliableSender, ProbeComesFirstWhenItsTimeIsPastTheRto) {
+  ReliableSender::Options o = Opts();
+  o.min_pto = us(30000);  // far above the RTO
+  ReliableSender s(o);
+  SendNew(s, 1, 0);
+  Ack(s, 1, {}, 100);
+  SendNew(s, 4, 1000);
+  const long t = RunTimersUntil(s, 1000, 200000, [&](long) {
+    return s.probe_pending() || s.counters().rto_events > 0;
+  });
+  ASSERT_GT(t, 0);
+  EXPECT_TRUE(s.probe_pending());
+  EXPECT_EQ(s.counters().rto_events, 0u);
+  const uint64_t seq = s.ProbeSeq();
+  s.OnRetransmit(seq, At(t));
+  s.OnProbeSent(seq);
+  s.OnTimer(At(t + 100));
+  EXPECT_EQ(s.counters().rto_events, 0u);  // restarted by the probe
+}
+
+// In recovery, with every lost packet resent, the tail of the flight (the
+// retransmissions included) is lost: nothing sent later can be delivered for
+// RACK to judge them by, so a probe finds them, not an RTO.
+TEST(ReliableSender, LostTailOfARecoveryIsProbedNotTimedOut) {
+  ReliableSender s(Opts());
+  SendNew(s, 1, 0);
+  Ack(s, 1, {}, 100);
+  SendNew(s, 10, 1000);
+  Ack(s, 1, {3, 4, 5, 6, 7, 8}, 1100);  // 1, 2 missing; 9, 10 lost too
+  const long t = RunTimersUntil(s, 1101, 5000, [&](long) { return s.scoreboard().lost_packets() > 0; });
+  ASSERT_GT(t, 0);
+  EXPECT_EQ(DrainRetransmits(s, t), (std::vector<uint64_t>{1, 2}));
+  ASSERT_TRUE(s.cwnd().in_recovery());
+  // Nothing more comes back: the resent 1, 2 and the originals 9, 10 are lost.
+  const long p = RunTimersUntil(s, t + 10, t + 100000, [&](long) {
+    return s.probe_pending() || s.counters().rto_events > 0;
+  });
+  ASSERT_GT(p, 0);
+  EXPECT_TRUE(s.probe_pending());
+  EXPECT_EQ(s.counters().rto_events, 0u);
+  const uint64_t seq = s.ProbeSeq();
+  EXPECT_EQ(seq, 2u);  // the newest transmission
+  s.OnRetransmit(seq, At(p));
+  s.OnProbeSent(seq);
+  // The probe's ack lets RACK find the rest: 1 (resent before it), 9, 10.
+  Ack(s, 1, {2, 3, 4, 5, 6, 7, 8}, p + 100);
+  s.OnTimer(At(p + 400));
+  std::vector<uint64_t> resent = DrainRetransmits(s, p + 400);
+  EXPECT_EQ(std::set<uint64_t>(resent.begin(), resent.end()), (std::set<uint64_t>{1, 9, 10}));
+  EXPECT_EQ(s.counters().rto_events, 0u);
+}
+
+// A thin flight (fewer than 4 packets on the wire) gets at most a few acks
+// per RTO: its RTOs stay at the base value for the first six (linear, as
+// Linux's tcp_thin_linear_timeouts) before backing off, so a loss burst that
+// swallows a few consecutive datagrams costs six base RTOs, not 4 + 8 + 16 +
+// ... ms. A thick flight's RTO backs off; the RTOs after it resend one packet
+// each (the loss window), a thin flight again.
+TEST(ReliableSender, ThinFlightRtosAreLinearForSixThenBackOff) {
+  auto rto_times = [](uint64_t packets) {
+    ReliableSender::Options o = Opts();
+    o.min_pto = us(100000);  // the probe at the RTO's time...
+    ReliableSender s(o);
+    SendNew(s, 1, 0);
+    Ack(s, 1, {}, 100);
+    SendNew(s, packets, 1000);
+    std::vector<long> at;
+    uint64_t seen = 0;
+    RunTimersUntil(s, 1000, 2000000, [&](long t) {
+      if (s.probe_pending()) {  // ...is lost too
+        const uint64_t seq = s.ProbeSeq();
+        s.OnRetransmit(seq, At(t));
+        s.OnProbeSent(seq);
+      }
+      if (s.counters().rto_events > seen) {
+        seen = s.counters().rto_events;
+        at.push_back(t);
+        DrainRetransmits(s, t);  // every retransmission is lost
+      }
+      return at.size() == 8;
+    });
+    std::vector<long> gaps;
+    for (size_t i = 1; i < at.size(); ++i) gaps.push_back(at[i] - at[i - 1]);
+    return gaps;
+  };
+  const std::vector<long> thin = rto_times(2);
+  ASSERT_EQ(thin.size(), 7u);
+  for (int i = 0; i < 5; ++i) EXPECT_NEAR(thin[i], thin[0], 20) << i;
+  EXPECT_GT(thin[6], thin[5] * 3 / 2);  // backs off after six
+  const std::vector<long> thick = rto_times(20);
+  ASSERT_EQ(thick.size(), 7u);
+  EXPECT_NEAR(thick[0], 2 * thin[0], 40);
+  for (int i = 1; i < 5; ++i) EXPECT_NEAR(thick[i], thick[0], 20) << i;
+}
+
+// With a steady RTT (variance near zero) the probe waits srtt plus a margin
+// (max(4 rttvar, min_pto)), not 2 srtt: a long srtt is mostly the sender's
+// own queue, and doubling it only delays finding a lost tail.
+TEST(ReliableSender, ProbeAfterASteadyLongRttWaitsAMarginNotTwoRoundTrips) {
+  ReliableSender s(Opts());  // min_pto 1 ms, max ack delay 100 us
+  for (int i = 0; i < 20; ++i) {
+    SendNew(s, 1, i * 4000);
+    Ack(s, static_cast<uint64_t>(i) + 1, {}, i * 4000 + 3500);
+  }
+  const long t0 = 100000;
+  SendNew(s, 10, t0);  // the last one leaves at t0 + 9
+  Ack(s, 25, {}, t0 + 3500);
+  const long t = RunTimersUntil(s, t0 + 3500, t0 + 100000, [&](long) { return s.probe_pending(); });
+  ASSERT_GT(t, 0);
+  EXPECT_LE(t, t0 + 3500 + 1000 + 100 + 50);
+  EXPECT_LT(t, t0 + 2 * 3500);
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace optireduce

@@ -21,9 +21,9 @@ bool ReliableSender::CanSendNew(uint32_t bytes, Time now) {
 }
 
 void ReliableSender::OnSendNew(uint64_t seq, uint32_t bytes, Time now) {
+  if (sb_.empty()) busy_since_ = now;
   sb_.OnSend(seq, bytes, now);
   pacer_.OnSend(bytes);
-  last_new_send_ = now;
 }
 
 uint64_t ReliableSender::NextRetransmit(Time now) {
@@ -118,7 +118,13 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
     delivered(seq);
   }
   if (packets > 0) {
+    const Time since = std::max(last_progress_, busy_since_);
+    if (now - since >= opts_.min_rto) {
+      ++counters_.long_silences;
+      counters_.long_silence_us += std::chrono::duration_cast<us>(now - since).count();
+    }
     last_progress_ = now;
+    consecutive_rtos_ = 0;
     rtt_.ResetBackoff();
     probe_pending_ = probe_outstanding_ = false;
   }
@@ -140,18 +146,31 @@ bool ReliableSender::OnAck(uint64_t cum, const uint8_t* sack, size_t sack_bytes,
 ReliableSender::Time ReliableSender::RtoDeadline() const {
   const uint64_t head = sb_.OldestInFlight();
   if (head == kNone) return Time::max();
-  return std::max(sb_.Get(head).sent, last_progress_) + rtt_.rto();
+  return std::max({sb_.Get(head).sent, last_progress_, last_probe_}) + rtt_.rto();
 }
 
 ReliableSender::Time ReliableSender::ProbeDeadline() const {
-  if (probe_outstanding_ || sb_.in_flight_packets() == 0 || sb_.lost_packets() > 0 ||
-      cwnd_.in_recovery()) {
+  // In recovery too, once every lost packet is resent: when the tail of the
+  // flight (retransmissions included) is lost, nothing sent later comes back
+  // for RACK to judge it by.
+  if (probe_outstanding_ || sb_.in_flight_packets() == 0 || sb_.lost_packets() > 0) {
     return Time::max();
   }
-  us pto = rtt_.srtt().count() > 0 ? 2 * rtt_.srtt() + opts_.max_ack_delay : rtt_.rto();
+  // 2 srtt (RFC 8985), or sooner when the RTT is steady: srtt + max(4 rttvar,
+  // min_pto). A long srtt here is mostly the sender's own queue, which is
+  // steady; doubling it only delays finding a lost tail, and a needless probe
+  // costs one packet.
+  us pto = rtt_.rto();
+  if (rtt_.srtt().count() > 0) {
+    pto = std::min(2 * rtt_.srtt(), rtt_.srtt() + std::max(4 * rtt_.rttvar(), opts_.min_pto)) +
+          opts_.max_ack_delay;
+  }
   pto = std::max(pto, opts_.min_pto);
-  if (pto >= rtt_.rto()) return Time::max();  // the RTO comes first
-  return std::max(last_new_send_, last_progress_) + pto;
+  // Never after the RTO: the probe takes its place (RFC 8985 §7.2) and the
+  // RTO restarts from the probe.
+  // From the newest transmission: its ack is the one a lost tail withholds,
+  // and acks of older packets do not postpone it.
+  return std::min(sb_.Get(sb_.NewestInFlight()).sent + pto, RtoDeadline());
 }
 
 void ReliableSender::OnTimer(Time now) {
@@ -163,18 +182,24 @@ void ReliableSender::OnTimer(Time now) {
       cwnd_.OnLoss(sb_.next_seq());
     }
   }
-  if (now >= RtoDeadline()) {
+  if (now >= ProbeDeadline()) {
+    probe_pending_ = probe_outstanding_ = true;
+    last_probe_ = now;
+  } else if (now >= RtoDeadline()) {
     ++counters_.rto_events;
     counters_.rto_lost += sb_.in_flight_packets();
-    rtt_.Backoff();
+    // A thin flight's RTOs stay linear for the first few (see the header).
+    if (sb_.in_flight_packets() >= kThinFlight ||
+        consecutive_rtos_ >= kLinearRtos) {
+      rtt_.Backoff();
+    }
+    ++consecutive_rtos_;
     StartEpisode();
     cwnd_.OnRto(sb_.next_seq());
     sb_.MarkAllLost();
     probe_pending_ = probe_outstanding_ = false;
     rto_pending_check_ = true;
     rto_time_ = now;
-  } else if (now >= ProbeDeadline()) {
-    probe_pending_ = probe_outstanding_ = true;
   }
   UpdatePacing();
 }

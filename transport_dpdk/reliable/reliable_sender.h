@@ -5,12 +5,21 @@
 //  - Acks (cumulative point + selective bitmap + a reported duplicate) are
 //    applied through SendScoreboard at a cost independent of the window.
 //  - Loss: RACK (LossDetector) after every ack and when its reorder timer
-//    fires; a tail-loss probe after max(2 SRTT + max ack delay, min_pto)
-//    without an ack (new data if the engine has any, else the newest packet
-//    again) so a lost tail is found by the probe's ack in about a round trip;
-//    on an RTO (srtt + 4 rttvar, clamped, exponential backoff, restarted by
+//    fires; a tail-loss probe once the newest transmission is unacked for
+//    min(2 srtt, srtt + max(4 rttvar, min_pto)) + max ack delay (at least
+//    min_pto; new data if the engine has any, else the newest packet again)
+//    so a lost tail is found by the probe's ack in about a round trip
+//    (also in recovery once every lost packet is resent; never later than the
+//    RTO, which restarts from the probe); on an RTO (rtt_estimator.h;
+//    exponential backoff, restarted by
 //    every ack that delivers something) every packet in flight is marked
-//    lost and resent as the congestion window allows. An RTO is spurious
+//    lost and resent as the congestion window allows. A thin flight (fewer
+//    than kThinFlight packets on the wire: a short message, or the one
+//    packet an RTO's window resends) gets at most a few acks per RTO, so a
+//    loss burst of a few datagrams swallows several RTOs in a row: the first
+//    kLinearRtos RTOs of a thin flight do not back off (as Linux's
+//    tcp_thin_linear_timeouts); each sends one packet, so the backoff's
+//    purpose, not adding to a congested path, holds without it. An RTO is spurious
 //    (F-RTO style) when the first ack after it delivers a packet sent before
 //    it that was not resent: the acks were only late (a descheduled peer),
 //    so the packets it marked go back in flight and the window is restored.
@@ -65,7 +74,15 @@ class ReliableSender {
     uint64_t spurious = 0;         // retransmissions proven unneeded
     uint64_t undos = 0;            // congestion reductions undone
     uint64_t spurious_rtos = 0;    // RTOs undone by the next ack
+    // Acks that delivered something after a silence of at least min_rto
+    // with packets outstanding, and the summed length of those silences:
+    // the time the sender spent waiting for a timer instead of the ack clock.
+    uint64_t long_silences = 0;
+    uint64_t long_silence_us = 0;
   };
+
+  static constexpr uint64_t kThinFlight = 4;
+  static constexpr int kLinearRtos = 6;
 
   explicit ReliableSender(const Options& o);
 
@@ -121,7 +138,9 @@ class ReliableSender {
   Pacer pacer_;
   Counters counters_;
   Time last_progress_{};   // last ack that delivered something
-  Time last_new_send_{};
+  Time last_probe_{};      // the RTO restarts from a probe
+  int consecutive_rtos_ = 0;  // since the last ack that delivered something
+  Time busy_since_{};      // when the scoreboard last became non-empty
   // After an RTO until the next ack that delivers something: its time.
   bool rto_pending_check_ = false;
   Time rto_time_{};

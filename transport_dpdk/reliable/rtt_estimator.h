@@ -1,4 +1,10 @@
 // rtt_estimator.h — smoothed RTT and retransmission timeout (RFC 6298 style).
+//
+// RTO = srtt + max(4 rttvar, min_rto), within [min_rto, max_rto]: the floor is a
+// margin above the smoothed RTT, as Linux's rto_min is, not an absolute value. A
+// long but steady round trip (a queue: rttvar near zero) would otherwise put the
+// RTO a fraction of a round trip above srtt — below the tail-loss probe's
+// 2 srtt — and a little jitter or one descheduled tick would fire it.
 #pragma once
 
 #include <algorithm>
@@ -35,10 +41,12 @@ class RttEstimator {
   }
   us rto() const { return rto_; }
   us srtt() const { return us(static_cast<long>(have_ ? srtt_ : 0)); }
+  us rttvar() const { return us(static_cast<long>(have_ ? rttvar_ : 0)); }
 
  private:
   void Recompute() {
-    rto_ = std::clamp(us(static_cast<long>(srtt_ + 4 * rttvar_)), min_, max_);
+    const us margin = std::max(us(static_cast<long>(4 * rttvar_)), min_);
+    rto_ = std::clamp(us(static_cast<long>(srtt_)) + margin, min_, max_);
   }
   bool have_ = false;
   double srtt_ = 0, rttvar_ = 0;
