@@ -241,10 +241,10 @@ TEST(AgreedMode, RanksWithDifferentHistoriesAndCapsUseOneBoundPerOperation) {
       Call c = Reduce(ctx, policy, ctx->rank, step, kCount, 0);
       EXPECT_LT(RelErr(c.data, {0, 1}, step), Limit(c)) << c.stats.ToJson();
       if (step < kCalibration) {
-        EXPECT_EQ(c.stats.mode, "calibration") << c.stats.ToJson();
+        EXPECT_EQ(c.stats.mode, OpMode::kCalibration) << c.stats.ToJson();
         continue;
       }
-      EXPECT_EQ(c.stats.mode, "bounded") << c.stats.ToJson();
+      EXPECT_EQ(c.stats.mode, OpMode::kBounded) << c.stats.ToJson();
       EXPECT_LE(c.stats.bound_ms, 1500) << "beyond rank 0's cap: " << c.stats.ToJson();
       mine.push_back(c.stats.bound_capped ? -c.stats.bound_ms : c.stats.bound_ms);
     }
