@@ -439,8 +439,9 @@ void Run(Job job) {
     // The agreement exchange has a slot of its own operation (below the tag's next slot):
     // the fingerprint of a rank that left it to join bounded peers stays unmatched there,
     // and must not be taken by a later exchange with the tag.
-    const uint64_t slot_meta = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint64_t{2} +
-                               (op.sequence & kMetaSlotSequenceMask);
+    // In uint64_t: gloo::Slot's own operator+ takes a uint8_t delta (at most 0xff).
+    const uint64_t slot_meta = static_cast<uint64_t>(gloo::Slot::build(kTransposeSlotPrefix, g.tag)) +
+                               uint64_t{2} + (op.sequence & kMetaSlotSequenceMask);
     const uint64_t bounded_op = BoundedOpId(g.tag, op.sequence, 1);
     bool bounded = channel != nullptr && g.elements > 0 && !op.calibrate;
     if (!bounded) {
