@@ -21,6 +21,7 @@
 #include "algorithms/hadamard.h"
 #include "algorithms/op_stats.h"
 #include "algorithms/operation_ledger.h"
+#include "algorithms/recursive_doubling.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
 
@@ -92,6 +93,7 @@ struct Job {
   uint64_t hadamard_seed;
   int hadamard_log2_block;
   size_t max_segment_bytes;
+  size_t small_message_bytes;  // exact operations up to this size: recursive doubling
   bool bounded;  // OptiReduce mode asked for, and the type/op allow it
   double max_loss;
   Compensation compensation;
@@ -453,7 +455,20 @@ void Run(Job job) {
       args.hadamard = HadamardOptions(job);
       BoundedTranspose(args, &stats);
     } else {
-      if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
+      if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {
+        RecursiveDoublingArgs rd;
+        rd.context = &ctx;
+        rd.data = data;
+        rd.elements = g.elements;
+        rd.element_size = g.elementSize;
+        rd.reduce = g.reduce;
+        rd.slot = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{3};
+        rd.tag = g.tag;
+        rd.timeout = deadline.Remaining("starting recursive doubling with", -1);
+        RecursiveDoublingAllreduce(rd);
+      } else if (g.elements > 0) {
+        RunReliable(job, data, seed, deadline, slot1, slot2);
+      }
       stats.mode = channel != nullptr ? "calibration" : "reliable";
     }
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
@@ -528,6 +543,7 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
              extras.hadamardSeed(),
              log2_block,
              extras.maxSegmentBytes(),
+             extras.smallMessageBytes(),
              bounded,
              extras.maxLoss(),
              extras.compensation(),
