@@ -11,7 +11,8 @@
 //   - for the datagram transports, the engine's packets and acks per ping-pong message
 //     and the progress thread's CPU time per round trip.
 // A transport name may carry "+busy" (udp+busy, dpdk+busy): the progress thread never
-// sleeps, so the difference to the plain row is what its wake-ups cost.
+// sleeps, so the difference to the plain row is what its wake-ups cost; or "+nospin": it
+// sleeps (waits for input) as soon as it has nothing to do.
 //
 //   latency_bench [--ranks 2] [--transports tcp,udp,dpdk,udp+busy,dpdk+busy]
 //                 [--sizes 4,4K,64K] [--iters 2000] [--setup-trials 5] [--csv FILE]
@@ -92,7 +93,9 @@ DeviceSpec SpecOf(const std::string& name, const std::string& dir, int rank, int
   DeviceSpec spec;
   const size_t plus = name.find('+');
   spec.transport = name.substr(0, plus);
-  spec.busy_poll = plus != std::string::npos && name.substr(plus + 1) == "busy";
+  const std::string variant = plus == std::string::npos ? "" : name.substr(plus + 1);
+  spec.busy_poll = variant == "busy";
+  if (variant == "nospin") spec.spin = std::chrono::microseconds(0);
   spec.hostname = "127.0.0.1";
   UseLocalMemifMesh(&spec, dir, rank, size);
   return spec;
@@ -340,7 +343,7 @@ int main(int argc, char** argv) {
         const std::string base = t.substr(0, t.find('+'));
         const std::string suffix = t.find('+') == std::string::npos ? "" : t.substr(t.find('+'));
         if (base.empty() || AvailableTransports().find(base) == std::string::npos ||
-            (!suffix.empty() && (suffix != "+busy" || base == "tcp")))
+            (!suffix.empty() && ((suffix != "+busy" && suffix != "+nospin") || base == "tcp")))
           return Usage("--transports: '" + t + "' is not available");
       }
     } else if (arg == "--sizes") {
