@@ -180,7 +180,30 @@ struct Peer {
   // Set by the peer's ABORT: why it is gone, and the rank that failure blames.
   std::string gone_reason;
   int gone_blame = -1;
+  // --- closing (see ReapClosing) ---
+  // The peer answered our latest close probe: it has nothing of ours to wait for (no
+  // packet to us unacknowledged or queued). Cleared by any sequenced packet from it.
+  bool close_confirmed = false;
+  uint64_t close_probe_id = 0;
+  Clock::time_point next_close_probe{};
 };
+
+// A destroyed context's addressing, kept after it is released so that a peer's close
+// probe for it is still answered (it needs nothing from us: released contexts have
+// nothing outstanding or gave up).
+struct ClosedCtx {
+  uint32_t id = 0;
+  int rank = 0;
+  uint64_t token = 0;
+  std::vector<std::pair<PeerHandle, uint32_t>> peers;  // by rank: handle, remote ctx
+  std::vector<char> connected;
+};
+constexpr size_t kMaxClosedContexts = 64;
+// PING/PONG aux values of the closing handshake (wire_format.h).
+constexpr uint64_t kCloseProbe = 1;
+constexpr uint64_t kCloseBusy = 1, kCloseSettled = 2;
+// How often a closing context asks a peer that has not confirmed yet.
+constexpr us kCloseProbeEvery{1000};
 
 struct Arrival {
   int peer;
@@ -267,12 +290,18 @@ struct Engine::Impl {
   // Signalled when a peer acknowledges its first packet (the connect handshake).
   std::condition_variable handshake_cv;
   std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
+  std::deque<ClosedCtx> closed;  // newest last, at most kMaxClosedContexts
   // Context ids start at a random epoch per engine (RandomContextEpoch).
   uint32_t next_ctx = RandomContextEpoch();
   uint64_t next_op = 1;
   AtomicStats stats;
 
   std::atomic<bool> stop{false};
+  // When the progress thread's current sleep ends (max: it is not sleeping). Under mu.
+  Clock::time_point sleeping_until = Clock::time_point::max();
+  // A user thread transmitted (Kick) since the progress thread last looked. Under mu.
+  bool kicked = false;
+  const bool wakes_on_input = io->WakesOnInput();
   std::thread thread;
   clockid_t thread_clock{};
   std::atomic<bool> have_clock{false};
@@ -303,6 +332,9 @@ struct Engine::Impl {
   void Flush();
   void Emit(Peer& p, const WireHeader& h, const void* body,
             uint32_t len);
+  // p may be null (an answer on behalf of a released context): nothing to recover if
+  // the device refuses it.
+  void EmitTo(Peer* p, PeerHandle handle, const WireHeader& h, const void* body, uint32_t len);
   void SendNew(Ctx& c, Peer& p, WireHeader h, std::shared_ptr<OutMsg> msg);
   // Sends the next packet of the oldest queued message; false if none.
   bool SendNextData(Ctx& c, Peer& p);
@@ -316,14 +348,32 @@ struct Engine::Impl {
   void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
                      const uint8_t* payload);
   void ReapClosing(Clock::time_point now);
+  // Whether nothing is left between closing context c and peer p (probes p if needed).
+  bool CloseSettled(Ctx& c, Peer& p, Clock::time_point now);
+  void AnswerClosedProbe(const WireHeader& h);
+  // Nothing of ours is waiting for p (no packet unacknowledged or queued).
+  static bool NothingOutstanding(const Peer& p) {
+    return p.unacked.empty() && p.data_queue.empty() && p.ctrl.empty();
+  }
   // Sends what is ready for peer p right away from the calling (user)
   // thread, saving the hand-off to the progress thread. Lock held.
   void Kick(Ctx& c, Peer& p) {
-    auto deadline = Clock::now() + opts.max_sleep;
+    auto deadline = Clock::time_point::max();
     tx_blocked = false;
     Pump(c, p, Clock::now(), &deadline);
     Flush();
-    io->Wake();  // the progress thread recomputes its timers
+    // On a backend whose waits are timers only, the answer to this work (an ack, a
+    // credit, a reply) is polled for: the progress thread counts it as work and spins.
+    // Elsewhere the answer's arrival wakes it, and it is woken here only if this work has
+    // a timer due before its current sleep ends (not an eventfd write and a thread
+    // wake-up per message).
+    if (!wakes_on_input) {
+      kicked = true;
+      io->Wake();
+    } else if (tx_blocked ||
+               (sleeping_until != Clock::time_point::max() && deadline < sleeping_until)) {
+      io->Wake();
+    }
   }
   bool HasClosing() const {
     for (const auto& kv : contexts) if (kv.second->closing) return true;
@@ -384,31 +434,53 @@ void Engine::Impl::Run() {
     thread_clock = cid;
     have_clock = true;
   }
+  // Backends whose wait returns on input need no spin and no doubling: the thread sleeps
+  // until its next timer and a datagram (or Wake) ends the sleep.
+  const us spin = wakes_on_input ? opts.input_spin : opts.spin;
   auto last_work = Clock::now();
   us sleep = us(16);
+  // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
+  int slept = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     Clock::time_point deadline;
     bool worked;
+    us wait{0};
     {
       std::lock_guard<std::mutex> lock(mu);
+      const uint64_t rx_before = stats.rx_packets.load(std::memory_order_relaxed);
       worked = Poll(&deadline);
+      if (slept != 0 && stats.rx_packets.load(std::memory_order_relaxed) != rx_before) {
+        Bump(slept == 1 ? stats.sleeps_woken_by_input : stats.late_inputs);
+      }
+      slept = 0;
+      const auto now = Clock::now();
+      if (kicked) {
+        kicked = false;
+        last_work = now;
+      }
+      if (worked) {
+        last_work = now;
+        sleep = us(16);
+      } else if (!opts.busy_poll && now - last_work >= spin) {
+        wait = wakes_on_input ? opts.max_sleep : std::min(sleep, opts.max_sleep);
+        wait = deadline > now
+                   ? std::min(wait, std::chrono::duration_cast<us>(deadline - now) + us(1))
+                   : us(0);
+        // Published under the lock: a user thread that queues work with an earlier
+        // timer than this (Kick) wakes the thread; otherwise it lets it sleep.
+        if (wait.count() > 0) sleeping_until = now + wait;
+      }
     }
-    const auto now = Clock::now();
-    if (worked) {
-      last_work = now;
-      sleep = us(16);
-      continue;
+    if (wait.count() <= 0) continue;
+    Bump(stats.progress_sleeps);
+    const auto t0 = Clock::now();
+    io->WaitForInput(wait);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      sleeping_until = Clock::time_point::max();
     }
-    if (opts.busy_poll || now - last_work < opts.spin) continue;
-    us wait = std::min(sleep, opts.max_sleep);
-    if (deadline > now) {
-      wait = std::min(wait, std::chrono::duration_cast<us>(deadline - now) +
-                                us(1));
-    } else {
-      wait = us(0);
-    }
-    if (wait.count() > 0) io->WaitForInput(wait);
-    sleep = std::min(sleep * 2, opts.max_sleep);
+    slept = Clock::now() - t0 < wait ? 1 : 2;
+    if (!wakes_on_input) sleep = std::min(sleep * 2, opts.max_sleep);
   }
 }
 
@@ -473,10 +545,15 @@ void Engine::Impl::Flush() {
 
 void Engine::Impl::Emit(Peer& p, const WireHeader& h, const void* body,
                         uint32_t len) {
+  EmitTo(&p, p.handle, h, body, len);
+}
+
+void Engine::Impl::EmitTo(Peer* p, PeerHandle handle, const WireHeader& h, const void* body,
+                          uint32_t len) {
   if (tx_n == kBurst) Flush();
   const bool unreliable = (h.flags & kFlagUnreliable) != 0;
   const bool ack = static_cast<PacketType>(h.type) == PacketType::kAck;
-  tx_peer[tx_n] = &p;
+  tx_peer[tx_n] = p;
   tx_seq[tx_n] = unreliable || ack ? kNoSeq : h.seq;
   tx_is_ack[tx_n] = ack && !unreliable;
   if (link_protects_payload) {
@@ -486,8 +563,7 @@ void Engine::Impl::Emit(Peer& p, const WireHeader& h, const void* body,
   } else {
     EncodeHeader(h, body, len, tx_head[tx_n]);
   }
-  tx[tx_n] = {p.handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes),
-              body, len};
+  tx[tx_n] = {handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes), body, len};
   ++tx_n;
 }
 
@@ -853,19 +929,85 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
 void Engine::Impl::ReapClosing(Clock::time_point now) {
   for (auto it = contexts.begin(); it != contexts.end();) {
     Ctx& c = *it->second;
+    if (!c.closing) {
+      ++it;
+      continue;
+    }
     // A failed context has nothing left to finish.
-    bool done = !c.closing ? false : c.failed || now - c.closing_since >= opts.linger_max;
-    if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
+    bool done = c.failed || now - c.closing_since >= opts.linger_max;
+    bool confirmed = false;
+    if (!done) {
+      // Released as soon as every peer is settled: nothing of ours outstanding, every
+      // arrival acknowledged, and the peer confirmed it waits for nothing of ours (so no
+      // retransmission of its will need our ack). Probes go out for unconfirmed peers.
+      confirmed = true;
+      for (Peer& p : c.peers) {
+        if (!CloseSettled(c, p, now)) confirmed = false;
+      }
+      done = confirmed;
+    }
+    if (!done && now - c.last_rx >= opts.linger_quiet) {
+      // Fallback (a peer that does not answer probes): peers quiet for linger_quiet.
       done = true;
       for (const Peer& p : c.peers) {
         // A peer that never answered the handshake has nothing of ours to finish.
-        if (p.connected && p.unacked_base > 0 &&
-            (!p.unacked.empty() || !p.data_queue.empty() || !p.ctrl.empty())) {
-          done = false;
-        }
+        if (p.connected && p.unacked_base > 0 && !NothingOutstanding(p)) done = false;
       }
     }
-    it = done ? contexts.erase(it) : std::next(it);
+    if (!done) {
+      ++it;
+      continue;
+    }
+    Bump(confirmed ? stats.closes_confirmed : stats.closes_lingered);
+    ClosedCtx gone;
+    gone.id = c.id;
+    gone.rank = c.rank;
+    gone.token = c.token;
+    for (const Peer& p : c.peers) {
+      gone.peers.emplace_back(p.handle, p.remote_ctx);
+      gone.connected.push_back(p.connected ? 1 : 0);
+    }
+    closed.push_back(std::move(gone));
+    if (closed.size() > kMaxClosedContexts) closed.pop_front();
+    it = contexts.erase(it);
+  }
+}
+
+bool Engine::Impl::CloseSettled(Ctx& c, Peer& p, Clock::time_point now) {
+  // Never connected, or the handshake never completed: nothing between us. A peer whose
+  // address the network reports unreachable is gone.
+  if (!p.connected || p.unacked_base == 0 || p.live.unreachable()) return true;
+  if (!NothingOutstanding(p) || p.acks->Pending()) return false;
+  if (p.close_confirmed) return true;
+  if (now >= p.next_close_probe && c.token != 0) {
+    p.next_close_probe = now + kCloseProbeEvery;
+    WireHeader h;
+    FillHeader(c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kPing);
+    h.message_id = ++p.close_probe_id;
+    h.aux = kCloseProbe;
+    Emit(p, h, nullptr, 0);
+  }
+  return false;
+}
+
+void Engine::Impl::AnswerClosedProbe(const WireHeader& h) {
+  for (const ClosedCtx& g : closed) {
+    if (g.id != h.dst_context) continue;
+    if (g.token == 0 || h.session_token != g.token || h.dst_rank != static_cast<uint32_t>(g.rank) ||
+        h.src_rank >= g.peers.size() || !g.connected[h.src_rank]) {
+      return;
+    }
+    WireHeader pong;
+    pong.session_token = g.token;
+    pong.src_rank = static_cast<uint32_t>(g.rank);
+    pong.dst_rank = h.src_rank;
+    pong.dst_context = g.peers[h.src_rank].second;
+    pong.type = static_cast<uint8_t>(PacketType::kPong);
+    pong.message_id = h.message_id;
+    pong.aux = kCloseSettled;
+    EmitTo(nullptr, g.peers[h.src_rank].first, pong, nullptr, 0);
+    return;
   }
 }
 
@@ -899,6 +1041,9 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   Ctx* c = FindCtx(h.dst_context);
   if (!c) {
     Bump(stats.bad_context);
+    if (static_cast<PacketType>(h.type) == PacketType::kPing && h.aux == kCloseProbe) {
+      AnswerClosedProbe(h);
+    }
     return;
   }
   if (c->closing) c->last_rx = Clock::now();
@@ -968,12 +1113,26 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   }
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
+      if (h.aux == kCloseProbe) {
+        // A closing peer asks whether we wait for anything of its: answered whatever
+        // our own state (open or closing).
+        WireHeader pong;
+        FillHeader(c, p, &pong);
+        pong.type = static_cast<uint8_t>(PacketType::kPong);
+        pong.message_id = h.message_id;
+        pong.aux = NothingOutstanding(p) ? kCloseSettled : kCloseBusy;
+        Emit(p, pong, nullptr, 0);
+        return;
+      }
       // A closing context does not answer: a peer still waiting for it learns
       // that it is gone (its acks still answer retransmissions meanwhile).
       if (!c.closing) SendLiveness(c, p, PacketType::kPong, h.message_id);
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
+      if (c.closing && h.aux == kCloseSettled && h.message_id == p.close_probe_id) {
+        p.close_confirmed = true;
+      }
       return;
     case PacketType::kAbort:
       HandleAbort(c, p, h);
@@ -991,6 +1150,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     if (first && p.unacked_base > 0) handshake_cv.notify_all();
     return;
   }
+  p.close_confirmed = false;  // it sent something: ask again once it is acknowledged
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:
       Bump(stats.duplicates);
@@ -1567,7 +1727,7 @@ Engine::~Engine() {
       if (!impl_->HasClosing()) break;
     }
     if (Clock::now() >= give_up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   impl_->stop = true;
   impl_->io->Wake();
@@ -1979,7 +2139,8 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   j.last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
   j.order = c->bounded_next_order++;
   p.bounded_queue.push_back(std::move(j));
-  impl_->Kick(*c, p);
+  // The progress thread sends bounded jobs (paced, in incast order): wake it.
+  impl_->io->Wake();
   return absl::OkStatus();
 }
 

@@ -29,7 +29,9 @@ std::string Stats::ToString() const {
       repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
       pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
       peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
-      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped);
+      " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped,
+      "; sleeps ", progress_sleeps, " woken by input ", sleeps_woken_by_input, " late input ",
+      late_inputs, "; closes confirmed ", closes_confirmed, " lingered ", closes_lingered);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",
@@ -88,6 +90,11 @@ Stats AtomicStats::Snapshot() const {
   s.bounded_tx_deferred = r(bounded_tx_deferred);
   s.repair_requests_merged = r(repair_requests_merged);
   s.repair_requests_dropped = r(repair_requests_dropped);
+  s.progress_sleeps = r(progress_sleeps);
+  s.sleeps_woken_by_input = r(sleeps_woken_by_input);
+  s.late_inputs = r(late_inputs);
+  s.closes_confirmed = r(closes_confirmed);
+  s.closes_lingered = r(closes_lingered);
   return s;
 }
 

@@ -49,6 +49,13 @@ struct Stats {
   // Repair requests folded into one already queued for the same operation; dropped: the
   // queue of repairs for a peer was full.
   uint64_t repair_requests_merged = 0, repair_requests_dropped = 0;
+  // Progress thread: sleeps (WaitForInput calls); sleeps that ended early and found input
+  // (woken by the datagram's arrival); sleeps that ran to their timeout and then found
+  // input (it waited for the timer: only backends without input wake-ups should have many).
+  uint64_t progress_sleeps = 0, sleeps_woken_by_input = 0, late_inputs = 0;
+  // Destroyed contexts released once every peer confirmed it needs nothing more from them
+  // (close probe answered), and those released only after the quiet-linger or its cap.
+  uint64_t closes_confirmed = 0, closes_lingered = 0;
   uint64_t TotalDropped() const;
   std::string ToString() const;
 };
@@ -74,6 +81,8 @@ struct AtomicStats {
   std::atomic<uint64_t> peers_unreachable{0}, peers_dead{0}, contexts_failed{0};
   std::atomic<uint64_t> bounded_tx_deferred{0};
   std::atomic<uint64_t> repair_requests_merged{0}, repair_requests_dropped{0};
+  std::atomic<uint64_t> progress_sleeps{0}, sleeps_woken_by_input{0}, late_inputs{0};
+  std::atomic<uint64_t> closes_confirmed{0}, closes_lingered{0};
   Stats Snapshot() const;
 };
 
