@@ -1,0 +1,350 @@
+// The bounded (unreliable) service: sends of whole sources and repairs, paced and
+// limited to a few senders at once (PumpBoundedSends, PumpBounded), the handler of
+// bounded packets and repair requests, and the Engine calls that drive them.
+#include "transport_dpdk/engine_impl.h"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+
+namespace optireduce {
+namespace transport {
+using namespace engine_internal;  // NOLINT: the engine's own state (engine_state.h)
+
+// Incast control for the bounded service. TAR submits its sends in the staggered peer
+// order (in step i rank r sends to r - i, so every receiver has one sender per step);
+// sending them all at once would turn each phase into an N-to-1 burst per receiver, which
+// overflows receive rings. Only the `bounded_senders` oldest sends of a context are active
+// at a time (the endpoint adapts the number from observed loss); repairs always go.
+void Engine::Impl::PumpBoundedSends(Ctx& c, Clock::time_point now,
+                                    Clock::time_point* deadline) {
+  constexpr int kMaxActive = 16;
+  Peer* active[kMaxActive];
+  int n = 0;
+  for (Peer& p : c.peers) {
+    if (!p.connected || p.bounded_queue.empty()) continue;
+    if (p.bounded_queue.front().order == 0) {  // a repair: not subject to the limit
+      PumpBounded(c, p, now, deadline);
+      if (p.bounded_queue.empty()) continue;
+    }
+    // Keep the `limit` oldest fronts (insertion into a short sorted array).
+    const int limit = std::min(kMaxActive, std::max(1, c.bounded_senders));
+    const uint64_t order = p.bounded_queue.front().order;
+    int at = n;
+    while (at > 0 && active[at - 1]->bounded_queue.front().order > order) --at;
+    if (at >= limit) continue;
+    if (n < limit) ++n;
+    for (int k = n - 1; k > at; --k) active[k] = active[k - 1];
+    active[at] = &p;
+  }
+  for (int k = 0; k < n; ++k) PumpBounded(c, *active[k], now, deadline);
+}
+
+void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
+                               Clock::time_point* deadline) {
+  // Refill the device's bucket (0: unpaced). The burst allows a millisecond at the rate,
+  // so the progress thread wakes at most about once per millisecond to pace instead of
+  // spinning between packets.
+  const double rate = opts.bounded_rate_gbps * 1e9 / 8;  // bytes per second
+  const double burst = std::max({256.0 * 1024, 4.0 * bounded_payload, rate * 1e-3});
+  if (rate > 0) {
+    const double dt = std::chrono::duration<double>(now - bounded_refill).count();
+    bounded_tokens = std::min(burst, bounded_tokens + dt * rate);
+    bounded_refill = now;
+  }
+  int budget = kPeerBudget;
+  while (budget > 0 && !tx_blocked && !p.bounded_queue.empty()) {
+    if (rate > 0 && bounded_tokens <= 0) {
+      const auto wait = std::chrono::duration<double>(-bounded_tokens / rate + 1e-5);
+      const auto due = now + std::chrono::duration_cast<Clock::duration>(wait);
+      if (due < *deadline) *deadline = due;
+      return;
+    }
+    BoundedJob& j = p.bounded_queue.front();
+    // Skip finished ranges.
+    while (j.range < j.ranges.size() && j.next >= j.ranges[j.range].second) {
+      ++j.range;
+      if (j.range < j.ranges.size()) j.next = j.ranges[j.range].first;
+    }
+    if (j.range >= j.ranges.size()) {
+      p.bounded_queue.pop_front();
+      continue;
+    }
+    if (j.next < j.ranges[j.range].first) j.next = j.ranges[j.range].first;
+    // Emit packets straight from the source and hand them to the device before the
+    // source is let go: it is guaranteed valid only inside read_source, and TxBurst
+    // copies what it accepts (into the kernel, an mbuf or a queue) before returning, so
+    // no bounce copy is needed (that copy was a fifth of a bounded operation's CPU). One
+    // call sends at most one burst, so a caller detaching its sources waits for no more.
+    // A packet the device refuses (TX backpressure) is not lost: the job rewinds to the
+    // first refused packet, gives its tokens back and sends it again once the device
+    // takes packets (PumpBounded is called again shortly), so no local refusal is ever
+    // seen by the receiver as network loss.
+    bool past_end = false;
+    const int access = !c.bounded.read_source ? 0 :
+        c.bounded.read_source(j.op, p.rank, [&](const char* src, size_t n, bool est) {
+          const uint64_t end = std::min<uint64_t>(j.ranges[j.range].second, n);
+          if (j.next >= end) {
+            past_end = true;
+            return;
+          }
+          Flush();  // from here the batch holds this job's packets only
+          if (tx_blocked) return;
+          uint64_t offsets[kBurst];
+          uint64_t lens[kBurst];
+          size_t emitted = 0;
+          while (budget > 0 && !tx_blocked && j.next < end && emitted < kBurst &&
+                 (rate <= 0 || bounded_tokens > 0)) {
+            const uint64_t len = std::min<uint64_t>(p.bounded_payload, end - j.next);
+            offsets[emitted] = j.next;
+            lens[emitted] = len;
+            WireHeader h;
+            FillHeader(c, p, &h);
+            h.type = static_cast<uint8_t>(PacketType::kData);
+            h.flags = kFlagUnreliable | (j.next >= j.last_from ? kFlagLast : 0) |
+                      (est ? kFlagEstimated : 0);
+            h.message_id = j.op;
+            h.offset = j.next;
+            h.total_length = n;
+            h.payload_length = static_cast<uint32_t>(len);
+            Emit(p, h, src + j.next, static_cast<uint32_t>(len));
+            j.next += len;
+            bounded_tokens -= static_cast<double>(len + kHeaderBytes);
+            --budget;
+            ++emitted;
+          }
+          const size_t sent = tx_n == 0 ? 0 : io->TxBurst(tx, tx_n);
+          for (size_t i = 0; i < sent; ++i) {
+            Bump(stats.tx_bytes, tx[i].head_len + tx[i].body_len);
+          }
+          Bump(stats.tx_packets, sent);
+          Bump(stats.bounded_tx_packets, sent);
+          if (sent < tx_n) {
+            Bump(stats.tx_backpressure, tx_n - sent);
+            Bump(stats.bounded_tx_deferred, tx_n - sent);
+            for (size_t i = sent; i < tx_n; ++i) {
+              bounded_tokens += static_cast<double>(lens[i] + kHeaderBytes);
+            }
+            j.next = offsets[sent];
+            tx_blocked = true;
+          }
+          tx_n = 0;
+        });
+    if (access == -1) break;  // the owner is detaching its sources: next iteration
+    if (access != 1) {  // gone, not started or pending: nothing to send from
+      p.bounded_queue.pop_front();
+      continue;
+    }
+    if (past_end) j.next = j.ranges[j.range].second;  // range past the source's end
+  }
+  Flush();
+  if (!p.bounded_queue.empty()) {
+    // Refused by the device: again after a pause in which its queue drains, not in a spin.
+    if (tx_blocked) {
+      const auto retry = now + kBoundedTxRetry;
+      if (retry < *deadline) *deadline = retry;
+    } else if (now + opts.spin < *deadline) {
+      *deadline = now;
+    }
+  }
+}
+
+void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
+                                 const uint8_t* payload) {
+  switch (static_cast<PacketType>(h.type)) {
+    case PacketType::kData:
+      Bump(stats.bounded_rx_packets);
+      if (!c.bounded.on_data) {
+        Bump(stats.unsupported);
+        return;
+      }
+      c.bounded.on_data(p.rank, h.message_id, h.offset, payload,
+                        h.payload_length, (h.flags & kFlagLast) != 0,
+                        (h.flags & kFlagEstimated) != 0);
+      return;
+    case PacketType::kRepair: {
+      if (h.flags & kFlagAbsent) {
+        Bump(stats.repair_absent_received);
+        if (c.bounded.on_absent) c.bounded.on_absent(p.rank, h.message_id, h.aux == 1);
+        return;
+      }
+      Bump(stats.repair_requests_received);
+      // Data this rank cannot send (sources released, or the operation not started
+      // here yet) is answered at once, so the requester stops waiting for it.
+      const int can = !c.bounded.read_source ? 0 :
+          c.bounded.read_source(h.message_id, p.rank, [](const char*, size_t, bool) {});
+      if (can == -3) return;  // its other phase is running here: asked again later
+      if (can == 0 || can == -2) {
+        WireHeader r;
+        FillHeader(c, p, &r);
+        r.type = static_cast<uint8_t>(PacketType::kRepair);
+        r.flags = kFlagUnreliable | kFlagAbsent;
+        r.message_id = h.message_id;
+        r.aux = can == -2 ? 1 : 0;
+        Emit(p, r, nullptr, 0);
+        Flush();
+        Bump(stats.repair_absent_sent);
+        return;
+      }
+      std::vector<std::pair<uint64_t, uint64_t>> asked;
+      const size_t n = std::min<size_t>(h.payload_length / 16, kMaxRepairRanges);
+      for (size_t i = 0; i < n; ++i) {
+        uint64_t b, e;
+        std::memcpy(&b, payload + 16 * i, 8);
+        std::memcpy(&e, payload + 16 * i + 8, 8);
+        if (b < e) asked.emplace_back(b, e);
+      }
+      if (asked.empty()) return;
+      // Repairs go before the sends still queued (order 0), in arrival order; a request for
+      // an operation whose repair is still queued is merged into it (the union of what is
+      // left to send and what is asked), so repeated requests never grow the queue.
+      // (A send interrupted half way keeps its position and resumes after them.)
+      auto at = p.bounded_queue.begin();
+      size_t repairs = 0;
+      for (; at != p.bounded_queue.end() && at->order == 0; ++at, ++repairs) {
+        if (at->op != h.message_id) continue;
+        BoundedJob& q = *at;
+        for (size_t r = q.range; r < q.ranges.size(); ++r) {
+          const uint64_t b = r == q.range ? std::max(q.next, q.ranges[r].first) : q.ranges[r].first;
+          if (b < q.ranges[r].second) asked.emplace_back(b, q.ranges[r].second);
+        }
+        std::sort(asked.begin(), asked.end());
+        q.ranges.clear();
+        for (const auto& [b, e] : asked) {
+          if (!q.ranges.empty() && b <= q.ranges.back().second) {
+            q.ranges.back().second = std::max(q.ranges.back().second, e);
+          } else if (q.ranges.size() < kMaxRepairRanges) {
+            q.ranges.emplace_back(b, e);
+          }
+        }
+        q.range = 0;
+        q.next = q.ranges.front().first;
+        Bump(stats.repair_requests_merged);
+        return;
+      }
+      if (repairs >= kMaxQueuedRepairs) {
+        Bump(stats.repair_requests_dropped);
+        return;
+      }
+      BoundedJob j;
+      j.op = h.message_id;
+      j.ranges = std::move(asked);
+      p.bounded_queue.insert(at, std::move(j));
+      return;
+    }
+    default:
+      Bump(stats.unsupported);
+      return;
+  }
+}
+
+void Engine::SetBoundedHooks(uint32_t ctx, BoundedHooks hooks) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return;
+  c->bounded = std::move(hooks);
+  if (!c->bounded.read_source) {
+    for (Peer& p : c->peers) p.bounded_queue.clear();
+  }
+}
+
+absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  // A failed context sends nothing: a send on it fails as every later operation does.
+  if (c->failed) return absl::UnavailableError(c->failure);
+  if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
+    return absl::InvalidArgumentError(absl::StrCat("bounded send to rank ", dst,
+                                                   " which is not a connected peer"));
+  }
+  Peer& p = c->peers[dst];
+  BoundedJob j;
+  j.op = op;
+  j.total = total;
+  j.ranges.emplace_back(0, total);
+  // The last 1% of the packets (at least four, so that one lost packet does not turn
+  // the early timeout into a deadline) carry kFlagLast.
+  const uint64_t packets = (total + p.bounded_payload - 1) / p.bounded_payload;
+  const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
+  j.last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
+  j.order = c->bounded_next_order++;
+  p.bounded_queue.push_back(std::move(j));
+  // The progress thread sends bounded jobs (paced, in incast order): wake it.
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::RequestRepair(
+    uint32_t ctx, int dst, uint64_t op,
+    const std::vector<std::pair<uint64_t, uint64_t>>& missing) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (c->failed) return absl::OkStatus();  // see SendBounded
+  if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
+    return absl::InvalidArgumentError(absl::StrCat("repair request to rank ", dst,
+                                                   " which is not a connected peer"));
+  }
+  Peer& p = c->peers[dst];
+  const size_t per_packet = std::max<size_t>(1, p.max_payload / 16);
+  for (size_t i = 0; i < missing.size(); i += per_packet) {
+    const size_t n = std::min(per_packet, missing.size() - i);
+    std::vector<uint8_t> body(16 * n);
+    for (size_t k = 0; k < n; ++k) {
+      std::memcpy(&body[16 * k], &missing[i + k].first, 8);
+      std::memcpy(&body[16 * k + 8], &missing[i + k].second, 8);
+    }
+    WireHeader h;
+    impl_->FillHeader(*c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kRepair);
+    h.flags = kFlagUnreliable;
+    h.message_id = op;
+    h.payload_length = static_cast<uint32_t>(body.size());
+    impl_->Emit(p, h, body.data(), h.payload_length);
+    impl_->Flush();  // body lives on this stack frame
+    Bump(impl_->stats.repair_requests_sent);
+  }
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+uint32_t Engine::BoundedPayload() const { return impl_->bounded_payload; }
+
+size_t Engine::BoundedPending(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return 0;
+  size_t n = 0;
+  for (const Peer& p : c->peers) n += p.bounded_queue.size();
+  return n;
+}
+
+void Engine::SetBoundedSenders(uint32_t ctx, int senders) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (c) c->bounded_senders = std::clamp(senders, 1, std::max(1, c->size - 1));
+}
+
+int Engine::BoundedSenders(uint32_t ctx) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  return c ? c->bounded_senders : 0;
+}
+
+size_t Engine::BoundedQueuedSends(uint32_t ctx, uint64_t op) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  const Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return 0;
+  size_t n = 0;
+  for (const Peer& p : c->peers) {
+    for (const BoundedJob& j : p.bounded_queue) n += j.op == op && j.order != 0 ? 1 : 0;
+  }
+  return n;
+}
+
+}  // namespace transport
+}  // namespace optireduce

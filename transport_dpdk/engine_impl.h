@@ -1,0 +1,203 @@
+// Engine::Impl: the engine's private half, shared by the engine_*.cc files. Each group of
+// its methods lives in the file named after its job (the progress loop, the reliable
+// sender, the receive path and matching, the bounded service, liveness and failure).
+#pragma once
+
+#include <time.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine_state.h"
+#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/stats.h"
+
+namespace optireduce {
+namespace transport {
+
+struct Engine::Impl {
+  using Clock = engine_internal::Clock;
+  using Ctx = engine_internal::Ctx;
+  using Peer = engine_internal::Peer;
+  using ClosedCtx = engine_internal::ClosedCtx;
+  using OutMsg = engine_internal::OutMsg;
+  using InMsg = engine_internal::InMsg;
+  using TxRecord = engine_internal::TxRecord;
+  using PostedRecv = engine_internal::PostedRecv;
+  using RecvBufferReg = engine_internal::RecvBufferReg;
+  using BoundedJob = engine_internal::BoundedJob;
+  static constexpr size_t kBurst = engine_internal::kBurst;
+
+
+  Impl(std::unique_ptr<PacketIo> io_in, const EngineOptions& o, size_t rxbuf)
+      : io(std::move(io_in)),
+        opts(o),
+        rx_buffer_bytes(rxbuf),
+        link_protects_payload(io->ProtectsPayload()) {
+    max_payload = io->MaxDatagram() - kHeaderBytes;
+    bounded_payload = static_cast<uint32_t>(
+        std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
+    liveness_every = std::clamp<Clock::duration>(opts.peer_dead / 16, std::chrono::milliseconds(1),
+                                                 std::chrono::milliseconds(50));
+  }
+
+  std::unique_ptr<PacketIo> io;
+  const EngineOptions opts;
+  const size_t rx_buffer_bytes;
+  // Checksum headers only, and accept datagrams that did (wire_format.h).
+  const bool link_protects_payload;
+  uint32_t max_payload = 0;
+
+  mutable std::mutex mu;
+  // Signalled when a peer acknowledges its first packet (the connect handshake).
+  std::condition_variable handshake_cv;
+  std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
+  std::deque<ClosedCtx> closed;  // newest last, at most kMaxClosedContexts
+  // Context ids start at a random epoch per engine (RandomContextEpoch).
+  uint32_t next_ctx = engine_internal::RandomContextEpoch();
+  uint64_t next_op = 1;
+  AtomicStats stats;
+
+  std::atomic<bool> stop{false};
+  // When the progress thread's current sleep ends (max: it is not sleeping). Under mu.
+  Clock::time_point sleeping_until = Clock::time_point::max();
+  // A user thread transmitted (Kick) since the progress thread last looked. Under mu.
+  bool kicked = false;
+  const bool wakes_on_input = io->WakesOnInput();
+
+  std::thread thread;
+  clockid_t thread_clock{};
+  std::atomic<bool> have_clock{false};
+
+  // Transmit batch (valid within one locked progress iteration).
+  TxDatagram tx[kBurst];
+  uint8_t tx_head[kBurst][kHeaderBytes];
+  uint8_t tx_sack[kBurst][kMaxSackBytes];
+  // What each queued datagram is, so one the device refuses is recovered:
+  // its peer, and its seq (reliable packets) or kNoSeq (acks, bounded).
+  Peer* tx_peer[kBurst] = {};
+  uint64_t tx_seq[kBurst] = {};
+  bool tx_is_ack[kBurst] = {};
+  size_t tx_n = 0;
+  bool tx_blocked = false;
+  RxDatagram rx[kBurst];
+  // Bounded service pacing: a token bucket of bytes (no acks clock it).
+  uint32_t bounded_payload = 0;
+  double bounded_tokens = 0;
+  Clock::time_point bounded_refill{};
+  // Peer liveness: how often peers are judged, and when next.
+  Clock::duration liveness_every{};
+  Clock::time_point next_liveness{}, last_liveness{};
+
+  // ---- progress thread ----
+  void Run();
+  bool Poll(Clock::time_point* deadline);
+  void Flush();
+  void Emit(Peer& p, const WireHeader& h, const void* body,
+            uint32_t len);
+  // p may be null (an answer on behalf of a released context): nothing to recover if
+  // the device refuses it.
+  void EmitTo(Peer* p, PeerHandle handle, const WireHeader& h, const void* body, uint32_t len);
+
+  void SendNew(Ctx& c, Peer& p, WireHeader h, std::shared_ptr<OutMsg> msg);
+  // Sends the next packet of the oldest queued message; false if none.
+  bool SendNextData(Ctx& c, Peer& p);
+  void Retransmit(Ctx& c, Peer& p, uint64_t seq, Clock::time_point now);
+  void Pump(Ctx& c, Peer& p, Clock::time_point now,
+            Clock::time_point* deadline);
+  void SendAck(Ctx& c, Peer& p);
+  void PumpBoundedSends(Ctx& c, Clock::time_point now, Clock::time_point* deadline);
+  void PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
+                   Clock::time_point* deadline);
+  void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
+                     const uint8_t* payload);
+  void ReapClosing(Clock::time_point now);
+  // Whether nothing is left between closing context c and peer p (probes p if needed).
+  bool CloseSettled(Ctx& c, Peer& p, Clock::time_point now);
+  void AnswerClosedProbe(const WireHeader& h);
+  // Nothing of ours is waiting for p (no packet unacknowledged or queued).
+  static bool NothingOutstanding(const Peer& p) {
+    return p.unacked.empty() && p.data_queue.empty() && p.ctrl.empty();
+  }
+
+  // Sends what is ready for peer p right away from the calling (user)
+  // thread, saving the hand-off to the progress thread. Lock held.
+  void Kick(Ctx& c, Peer& p) {
+    auto deadline = Clock::time_point::max();
+    tx_blocked = false;
+    Pump(c, p, Clock::now(), &deadline);
+    Flush();
+    // On a backend whose waits are timers only, the answer to this work (an ack, a
+    // credit, a reply) is polled for: the progress thread counts it as work and spins.
+    // Elsewhere the answer's arrival wakes it, and it is woken here only if this work has
+    // a timer due before its current sleep ends (not an eventfd write and a thread
+    // wake-up per message).
+    if (!wakes_on_input) {
+      kicked = true;
+      io->Wake();
+    } else if (tx_blocked ||
+               (sleeping_until != Clock::time_point::max() && deadline < sleeping_until)) {
+      io->Wake();
+    }
+  }
+  bool HasClosing() const {
+    for (const auto& kv : contexts) if (kv.second->closing) return true;
+    return false;
+  }
+  void FillHeader(const Ctx& c, const Peer& p, WireHeader* h) const;
+
+  // ---- peer liveness and context failure ----
+  void TakeUnreachable();
+  void CheckLiveness(Clock::time_point now);
+  bool PendingWith(const Ctx& c, const Peer& p, const std::vector<char>& posted_from) const;
+  void SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id);
+  // blamed: the rank this failure is about (-1: none, a wait timed out); peers
+  // are told with an ABORT.
+  void FailContext(Ctx& c, const std::string& why, int blamed);
+  void HandleAbort(Ctx& c, Peer& p, const WireHeader& h);
+  // An operation posted on a failed context: fails at once (its wait raises).
+  uint64_t RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<OpSink>& sink);
+
+  // ---- receive path ----
+  void HandleDatagram(uint8_t* data, uint32_t len);
+  // Whether h can be applied now; false: keep it until its peer connects.
+  bool KeepForLater(const Ctx& c, const WireHeader& h) const;
+  void Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload);
+  void ReplayEarly(Ctx& c);
+  void HandleAck(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* sack);
+  void MarkAcked(Ctx& c, Peer& p, TxRecord& r);
+  bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);
+  bool ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
+                  const uint8_t* payload);
+  bool ApplyRdvData(Ctx& c, Peer& p, const WireHeader& h,
+                    const uint8_t* payload);
+  bool ApplyRts(Ctx& c, Peer& p, const WireHeader& h);
+  bool ApplyCts(Ctx& c, Peer& p, const WireHeader& h);
+
+  // ---- matching ----
+  void TryAnnounce(Ctx& c, Peer& p);
+  void Announce(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void Bind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+            const PostedRecv& r);
+  void BindBuffer(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
+                  const std::shared_ptr<RecvBufferReg>& reg);
+  void AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void MaybeComplete(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
+  void CompleteOut(Peer& p, const std::shared_ptr<OutMsg>& m);
+
+  Ctx* FindCtx(uint32_t id) {
+    auto it = contexts.find(id);
+    return it == contexts.end() ? nullptr : it->second.get();
+  }
+};
+
+}  // namespace transport
+}  // namespace optireduce
