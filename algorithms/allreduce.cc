@@ -23,6 +23,7 @@
 #include "algorithms/internal/thread_scratch.h"
 #include "algorithms/op_stats.h"
 #include "algorithms/operation_ledger.h"
+#include "algorithms/recursive_doubling.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
 
@@ -36,8 +37,12 @@ using Clock = std::chrono::steady_clock;
 // Slot prefix for TAR messages; Gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kTransposeSlotPrefix = 0x20;
 // A Gloo slot leaves 24 bits below the tag: TAR's two data slots, then one agreement slot
-// per operation of the tag (its sequence, wrapping after 2^22 operations).
+// per operation of the tag (its sequence, wrapping after 2^22 operations), then recursive
+// doubling's.
 constexpr uint64_t kMetaSlotSequenceMask = (uint64_t{1} << 22) - 1;
+// Recursive doubling (exact operations up to the small-message size) above the agreement
+// slots, so no operation's fingerprint ever shares a slot with another's data.
+constexpr uint64_t kRecursiveDoublingSlotDelta = uint64_t{1} << 23;
 
 struct ImplAccess : gloo::AllreduceOptions {
   static const Impl& Get(const gloo::AllreduceOptions& opts) {
@@ -78,6 +83,7 @@ struct Job {
   uint64_t hadamard_seed{};
   int hadamard_log2_block{};
   size_t max_segment_bytes{};
+  size_t small_message_bytes{};  // exact operations up to this size: recursive doubling
   bool bounded{};  // OptiReduce mode asked for, and the type/op allow it
   double max_loss{};
   Compensation compensation{};
@@ -506,7 +512,21 @@ void Run(Job job) {
       args.hadamard = HadamardOptions(job);
       BoundedTranspose(args, &stats);
     } else {
-      if (g.elements > 0) RunReliable(job, data, seed, deadline, slot1, slot2);
+      if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {
+        RecursiveDoublingArgs rd;
+        rd.context = &ctx;
+        rd.data = data;
+        rd.elements = g.elements;
+        rd.element_size = g.elementSize;
+        rd.reduce = g.reduce;
+        rd.slot = static_cast<uint64_t>(gloo::Slot::build(kTransposeSlotPrefix, g.tag)) +
+                  kRecursiveDoublingSlotDelta;
+        rd.tag = g.tag;
+        rd.timeout = deadline.Remaining("starting recursive doubling with", -1);
+        RecursiveDoublingAllreduce(rd);
+      } else if (g.elements > 0) {
+        RunReliable(job, data, seed, deadline, slot1, slot2);
+      }
       stats.mode = channel != nullptr ? OpMode::kCalibration : OpMode::kReliable;
     }
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
@@ -581,6 +601,7 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
   job.hadamard_seed = extras.hadamardSeed();
   job.hadamard_log2_block = log2_block;
   job.max_segment_bytes = extras.maxSegmentBytes();
+  job.small_message_bytes = extras.smallMessageBytes();
   job.bounded = bounded;
   job.max_loss = extras.maxLoss();
   job.compensation = extras.compensation();

@@ -50,6 +50,11 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   void setHadamardLog2Block(int log2_block) { hadamard_log2_block_ = log2_block; }
   // Upper bound on the scratch memory per peer; larger shards are reduced in rounds.
   void setMaxSegmentBytes(size_t bytes) { max_segment_bytes_ = bytes; }
+  // Exact (reliable) operations of at most this many bytes without the Hadamard transform
+  // run recursive doubling (recursive_doubling.h) instead of TAR: ceil(log2 N) exchanges of
+  // the whole buffer cost less than TAR's 2(N-1) messages while per-message cost dominates.
+  // 0: always TAR. OptiReduce mode (bounded) is not affected.
+  void setSmallMessageBytes(size_t bytes) { small_message_bytes_ = bytes; }
   // OptiReduce mode. Float sums on a transport with a bounded service run bounded; other
   // types/ops, and transports without one (Gloo TCP), run reliable TAR (stats say so).
   void setMode(Mode mode) { mode_ = mode; }
@@ -70,6 +75,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   uint64_t hadamardSeed() const { return hadamard_seed_; }
   int hadamardLog2Block() const { return hadamard_log2_block_; }
   size_t maxSegmentBytes() const { return max_segment_bytes_; }
+  size_t smallMessageBytes() const { return small_message_bytes_; }
   Mode mode() const { return mode_; }
   double maxLoss() const { return max_loss_; }
   Compensation compensation() const { return compensation_; }
@@ -81,6 +87,9 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   const gloo::detail::AllreduceOptionsImpl& glooOptions() const { return impl_; }
 
   static constexpr size_t kDefaultMaxSegmentBytes = 32 * 1024 * 1024;
+  // Chosen from optireduce-sweep (bench/README.md): the largest size at which recursive
+  // doubling was still faster than TAR on every transport at 2 and 4 ranks.
+  static constexpr size_t kDefaultSmallMessageBytes = 64 * 1024;
   // The loss limit of every entry point (this API, OPTIREDUCE_MAX_LOSS, optireduce-bench).
   static constexpr double kDefaultMaxLoss = optireduce::kDefaultMaxLoss;
   // OptiReduce mode's default Hadamard block (2^17 elements): a lost 1 KiB packet's damage
@@ -98,6 +107,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   uint64_t hadamard_seed_ = kDefaultHadamardSeed;
   int hadamard_log2_block_ = -1;                 // -1: the Hadamard module's default
   size_t max_segment_bytes_ = kDefaultMaxSegmentBytes;
+  size_t small_message_bytes_ = kDefaultSmallMessageBytes;
   Mode mode_ = Mode::kReliable;
   double max_loss_ = kDefaultMaxLoss;
   Compensation compensation_ = Compensation::kDebias;

@@ -38,8 +38,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using RawFunc = void (*)(void*, const void*, const void*, size_t);
 
+// transpose: optireduce::allreduce as users get it (recursive doubling below its small-message
+// cut-over); transpose_tar: TAR at every size; recursive_doubling: recursive doubling at every
+// size (the last two choose the cut-over).
 const std::vector<std::string> kAllAlgos = {"ring_chunked", "halving_doubling", "gloo_allreduce",
-                                            "transpose", "transpose_hadamard"};
+                                            "transpose", "transpose_hadamard", "transpose_tar",
+                                            "recursive_doubling"};
 
 // One measured entry: an algorithm on a transport ("transpose@dpdk"; no "@": --transport).
 struct Entry {
@@ -77,7 +81,9 @@ int Usage(const char* why) {
                "error: %s\nusage: optireduce-sweep [--ranks N (2..16)] [--transport tcp] "
                "[--sizes 4K,64K,1M,...] [--iters N] [--algos A[@TRANSPORT],...] [--csv FILE]\n"
                "algorithms: %s\ntransports: %s\n",
-               why, "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard",
+               why,
+               "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard,"
+               "transpose_tar,recursive_doubling",
                AvailableTransports().c_str());
   return 2;
 }
@@ -116,6 +122,8 @@ std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t 
       opts.setTag(tag);
       opts.setHadamard(algo == "transpose_hadamard" ? AllreduceOptions::Hadamard::kOn
                                                     : AllreduceOptions::Hadamard::kOff);
+      if (algo == "transpose_tar") opts.setSmallMessageBytes(0);
+      if (algo == "recursive_doubling") opts.setSmallMessageBytes(SIZE_MAX);
       optireduce::allreduce(opts);
     }
   };

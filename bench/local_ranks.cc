@@ -92,6 +92,7 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
                     : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
     attr.port = 0;
     attr.engine.busy_poll = spec.busy_poll;
+    if (spec.spin.count() >= 0) attr.engine.spin = spec.spin;
     return optireduce::transport::udp::CreateDevice(attr);
   }
 #ifdef OPTIREDUCE_HAVE_DPDK
@@ -101,6 +102,7 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     optireduce::transport::dpdk::attr attr = optireduce::gloo_ext::DpdkAttrOf(LibraryConfig());
     if (!spec.eal_args.empty()) attr.eal_args = spec.eal_args;
     attr.engine.busy_poll = spec.busy_poll;
+    if (spec.spin.count() >= 0) attr.engine.spin = spec.spin;
     attr.udp_checksum = spec.udp_checksum;
     return optireduce::transport::dpdk::CreateDevice(attr);
   }

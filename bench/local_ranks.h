@@ -3,6 +3,7 @@
 // transport devices every bench program uses (the one place a transport is plugged in).
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,6 +41,8 @@ struct DeviceSpec {
   std::string hostname;
   std::string iface;
   bool busy_poll = false;
+  // udp/dpdk: the progress thread's spin after work (negative: the library's default).
+  std::chrono::microseconds spin{-1};
   // dpdk: EAL arguments (empty: OPTIREDUCE_EAL_ARGS, else DPDK's defaults). RunLocalRanks
   // fills in a memif mesh between its ranks (sockets in its temporary directory).
   std::string eal_args;

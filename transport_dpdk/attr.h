@@ -24,9 +24,15 @@ struct EngineOptions {
   // Bytes in flight (unacknowledged) per peer. The engine further divides
   // the receive buffer among the context's peers (incast).
   size_t window_bytes = 4 << 20;
-  // Adaptive backoff of the progress thread: spin this long after the last
-  // work, then sleep (waiting on input) doubling up to max_sleep.
+  // Backoff of the progress thread on backends whose waits are timers only
+  // (DPDK ports): spin this long after the last work, then sleep doubling up to
+  // max_sleep. On backends whose wait returns when a datagram arrives (udp,
+  // loop: PacketIo::WakesOnInput) it spins input_spin (default none: on a host
+  // with fewer cores than busy threads a spinning progress thread takes the
+  // core the application or a peer needs) and then sleeps until its next timer
+  // (at most max_sleep).
   std::chrono::microseconds spin{100};
+  std::chrono::microseconds input_spin{0};
   std::chrono::microseconds max_sleep{1000};
   bool busy_poll = false;  // never sleep (dedicated cores only)
   // Bounded service (OptiReduce mode): payload bytes per unreliable packet

@@ -85,7 +85,7 @@ Engine::~Engine() {
       if (!impl_->HasClosing()) break;
     }
     if (Clock::now() >= give_up) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   impl_->stop = true;
   impl_->io->Wake();
@@ -202,6 +202,9 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   // answers), so both sides judge each other's liveness from now on.
   impl_->SendLiveness(*c, p, PacketType::kPing, 0);
   impl_->Kick(*c, p);
+  // Replayed datagrams may have left acks and grants for other peers: the progress
+  // thread pumps them now.
+  impl_->io->Wake();
   return absl::OkStatus();
 }
 

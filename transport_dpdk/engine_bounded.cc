@@ -268,7 +268,8 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   const uint64_t last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
   p.bounded_queue.push_back(
       BoundedJob::Send(op, total, last_from, c->bounded_next_order++));
-  impl_->Kick(*c, p);
+  // The progress thread sends bounded jobs (paced, in incast order): wake it.
+  impl_->io->Wake();
   return absl::OkStatus();
 }
 

@@ -27,6 +27,7 @@ struct Engine::Impl {
   using Clock = engine_internal::Clock;
   using Ctx = engine_internal::Ctx;
   using Peer = engine_internal::Peer;
+  using ClosedCtx = engine_internal::ClosedCtx;
   using OutMsg = engine_internal::OutMsg;
   using InMsg = engine_internal::InMsg;
   using TxRecord = engine_internal::TxRecord;
@@ -59,12 +60,19 @@ struct Engine::Impl {
   // Signalled when a peer acknowledges its first packet (the connect handshake).
   std::condition_variable handshake_cv;
   std::map<uint32_t, std::unique_ptr<Ctx>> contexts;
+  std::deque<ClosedCtx> closed;  // newest last, at most kMaxClosedContexts
   // Context ids start at a random epoch per engine (RandomContextEpoch).
   uint32_t next_ctx = engine_internal::RandomContextEpoch();
   uint64_t next_op = 1;
   AtomicStats stats;
 
   std::atomic<bool> stop{false};
+  // When the progress thread's current sleep ends (max: it is not sleeping). Under mu.
+  Clock::time_point sleeping_until = Clock::time_point::max();
+  // A user thread transmitted (Kick) since the progress thread last looked. Under mu.
+  bool kicked = false;
+  const bool wakes_on_input = io->WakesOnInput();
+
   std::thread thread;
   clockid_t thread_clock{};
   std::atomic<bool> have_clock{false};
@@ -95,6 +103,10 @@ struct Engine::Impl {
   void Flush();
   void Emit(Peer& p, const WireHeader& h, const void* body,
             uint32_t len);
+  // p may be null (an answer on behalf of a released context): nothing to recover if
+  // the device refuses it.
+  void EmitTo(Peer* p, PeerHandle handle, const WireHeader& h, const void* body, uint32_t len);
+
   void SendNew(Ctx& c, Peer& p, WireHeader h, std::shared_ptr<OutMsg> msg);
   // Sends the next packet of the oldest queued message; false if none.
   bool SendNextData(Ctx& c, Peer& p);
@@ -108,14 +120,33 @@ struct Engine::Impl {
   void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
                      const uint8_t* payload);
   void ReapClosing(Clock::time_point now);
+  // Whether nothing is left between closing context c and peer p (probes p if needed).
+  bool CloseSettled(Ctx& c, Peer& p, Clock::time_point now);
+  void AnswerClosedProbe(const WireHeader& h);
+  // Nothing of ours is waiting for p (no packet unacknowledged or queued).
+  static bool NothingOutstanding(const Peer& p) {
+    return p.unacked.empty() && p.data_queue.empty() && p.ctrl.empty();
+  }
+
   // Sends what is ready for peer p right away from the calling (user)
   // thread, saving the hand-off to the progress thread. Lock held.
   void Kick(Ctx& c, Peer& p) {
-    auto deadline = Clock::now() + opts.max_sleep;
+    auto deadline = Clock::time_point::max();
     tx_blocked = false;
     Pump(c, p, Clock::now(), &deadline);
     Flush();
-    io->Wake();  // the progress thread recomputes its timers
+    // On a backend whose waits are timers only, the answer to this work (an ack, a
+    // credit, a reply) is polled for: the progress thread counts it as work and spins.
+    // Elsewhere the answer's arrival wakes it, and it is woken here only if this work has
+    // a timer due before its current sleep ends (not an eventfd write and a thread
+    // wake-up per message).
+    if (!wakes_on_input) {
+      kicked = true;
+      io->Wake();
+    } else if (tx_blocked ||
+               (sleeping_until != Clock::time_point::max() && deadline < sleeping_until)) {
+      io->Wake();
+    }
   }
   bool HasClosing() const {
     for (const auto& kv : contexts) if (kv.second->closing) return true;

@@ -214,19 +214,85 @@ uint64_t Engine::Impl::RefuseOnFailed(Ctx& c, bool send, const std::shared_ptr<O
 void Engine::Impl::ReapClosing(Clock::time_point now) {
   for (auto it = contexts.begin(); it != contexts.end();) {
     Ctx& c = *it->second;
+    if (!c.closing) {
+      ++it;
+      continue;
+    }
     // A failed context has nothing left to finish.
-    bool done = !c.closing ? false : c.failed || now - c.closing_since >= opts.linger_max;
-    if (c.closing && !done && now - c.last_rx >= opts.linger_quiet) {
+    bool done = c.failed || now - c.closing_since >= opts.linger_max;
+    bool confirmed = false;
+    if (!done) {
+      // Released as soon as every peer is settled: nothing of ours outstanding, every
+      // arrival acknowledged, and the peer confirmed it waits for nothing of ours (so no
+      // retransmission of its will need our ack). Probes go out for unconfirmed peers.
+      confirmed = true;
+      for (Peer& p : c.peers) {
+        if (!CloseSettled(c, p, now)) confirmed = false;
+      }
+      done = confirmed;
+    }
+    if (!done && now - c.last_rx >= opts.linger_quiet) {
+      // Fallback (a peer that does not answer probes): peers quiet for linger_quiet.
       done = true;
       for (const Peer& p : c.peers) {
         // A peer that never answered the handshake has nothing of ours to finish.
-        if (p.connected && p.unacked_base > 0 &&
-            (!p.unacked.empty() || !p.data_queue.empty() || !p.ctrl.empty())) {
-          done = false;
-        }
+        if (p.connected && p.unacked_base > 0 && !NothingOutstanding(p)) done = false;
       }
     }
-    it = done ? contexts.erase(it) : std::next(it);
+    if (!done) {
+      ++it;
+      continue;
+    }
+    Bump(confirmed ? stats.closes_confirmed : stats.closes_lingered);
+    ClosedCtx gone;
+    gone.id = c.id;
+    gone.rank = c.rank;
+    gone.token = c.token;
+    for (const Peer& p : c.peers) {
+      gone.peers.emplace_back(p.handle, p.remote_ctx);
+      gone.connected.push_back(p.connected ? 1 : 0);
+    }
+    closed.push_back(std::move(gone));
+    if (closed.size() > kMaxClosedContexts) closed.pop_front();
+    it = contexts.erase(it);
+  }
+}
+
+bool Engine::Impl::CloseSettled(Ctx& c, Peer& p, Clock::time_point now) {
+  // Never connected, or the handshake never completed: nothing between us. A peer whose
+  // address the network reports unreachable is gone.
+  if (!p.connected || p.unacked_base == 0 || p.live.unreachable()) return true;
+  if (!NothingOutstanding(p) || p.acks->Pending()) return false;
+  if (p.close_confirmed) return true;
+  if (now >= p.next_close_probe && c.token != 0) {
+    p.next_close_probe = now + kCloseProbeEvery;
+    WireHeader h;
+    FillHeader(c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kPing);
+    h.message_id = ++p.close_probe_id;
+    h.aux = kCloseProbe;
+    Emit(p, h, nullptr, 0);
+  }
+  return false;
+}
+
+void Engine::Impl::AnswerClosedProbe(const WireHeader& h) {
+  for (const ClosedCtx& g : closed) {
+    if (g.id != h.dst_context) continue;
+    if (g.token == 0 || h.session_token != g.token || h.dst_rank != static_cast<uint32_t>(g.rank) ||
+        h.src_rank >= g.peers.size() || !g.connected[h.src_rank]) {
+      return;
+    }
+    WireHeader pong;
+    pong.session_token = g.token;
+    pong.src_rank = static_cast<uint32_t>(g.rank);
+    pong.dst_rank = h.src_rank;
+    pong.dst_context = g.peers[h.src_rank].second;
+    pong.type = static_cast<uint8_t>(PacketType::kPong);
+    pong.message_id = h.message_id;
+    pong.aux = kCloseSettled;
+    EmitTo(nullptr, g.peers[h.src_rank].first, pong, nullptr, 0);
+    return;
   }
 }
 

@@ -17,31 +17,53 @@ void Engine::Impl::Run() {
     thread_clock = cid;
     have_clock = true;
   }
+  // Backends whose wait returns on input need no spin and no doubling: the thread sleeps
+  // until its next timer and a datagram (or Wake) ends the sleep.
+  const us spin = wakes_on_input ? opts.input_spin : opts.spin;
   auto last_work = Clock::now();
   us sleep = us(16);
+  // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
+  int slept = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     Clock::time_point deadline;
     bool worked;
+    us wait{0};
     {
       std::lock_guard<std::mutex> lock(mu);
+      const uint64_t rx_before = stats.rx_packets.load(std::memory_order_relaxed);
       worked = Poll(&deadline);
+      if (slept != 0 && stats.rx_packets.load(std::memory_order_relaxed) != rx_before) {
+        Bump(slept == 1 ? stats.sleeps_woken_by_input : stats.late_inputs);
+      }
+      slept = 0;
+      const auto now = Clock::now();
+      if (kicked) {
+        kicked = false;
+        last_work = now;
+      }
+      if (worked) {
+        last_work = now;
+        sleep = us(16);
+      } else if (!opts.busy_poll && now - last_work >= spin) {
+        wait = wakes_on_input ? opts.max_sleep : std::min(sleep, opts.max_sleep);
+        wait = deadline > now
+                   ? std::min(wait, std::chrono::duration_cast<us>(deadline - now) + us(1))
+                   : us(0);
+        // Published under the lock: a user thread that queues work with an earlier
+        // timer than this (Kick) wakes the thread; otherwise it lets it sleep.
+        if (wait.count() > 0) sleeping_until = now + wait;
+      }
     }
-    const auto now = Clock::now();
-    if (worked) {
-      last_work = now;
-      sleep = us(16);
-      continue;
+    if (wait.count() <= 0) continue;
+    Bump(stats.progress_sleeps);
+    const auto t0 = Clock::now();
+    io->WaitForInput(wait);
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      sleeping_until = Clock::time_point::max();
     }
-    if (opts.busy_poll || now - last_work < opts.spin) continue;
-    us wait = std::min(sleep, opts.max_sleep);
-    if (deadline > now) {
-      wait = std::min(wait, std::chrono::duration_cast<us>(deadline - now) +
-                                us(1));
-    } else {
-      wait = us(0);
-    }
-    if (wait.count() > 0) io->WaitForInput(wait);
-    sleep = std::min(sleep * 2, opts.max_sleep);
+    slept = Clock::now() - t0 < wait ? 1 : 2;
+    if (!wakes_on_input) sleep = std::min(sleep * 2, opts.max_sleep);
   }
 }
 
@@ -106,10 +128,15 @@ void Engine::Impl::Flush() {
 
 void Engine::Impl::Emit(Peer& p, const WireHeader& h, const void* body,
                         uint32_t len) {
+  EmitTo(&p, p.handle, h, body, len);
+}
+
+void Engine::Impl::EmitTo(Peer* p, PeerHandle handle, const WireHeader& h, const void* body,
+                          uint32_t len) {
   if (tx_n == kBurst) Flush();
   const bool unreliable = (h.flags & kFlagUnreliable) != 0;
   const bool ack = static_cast<PacketType>(h.type) == PacketType::kAck;
-  tx_peer[tx_n] = &p;
+  tx_peer[tx_n] = p;
   tx_seq[tx_n] = unreliable || ack ? kNoSeq : h.seq;
   tx_is_ack[tx_n] = ack && !unreliable;
   if (link_protects_payload) {
@@ -119,8 +146,7 @@ void Engine::Impl::Emit(Peer& p, const WireHeader& h, const void* body,
   } else {
     EncodeHeader(h, body, len, tx_head[tx_n]);
   }
-  tx[tx_n] = {p.handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes),
-              body, len};
+  tx[tx_n] = {handle, tx_head[tx_n], static_cast<uint32_t>(kHeaderBytes), body, len};
   ++tx_n;
 }
 

@@ -25,6 +25,9 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   Ctx* c = FindCtx(h.dst_context);
   if (!c) {
     Bump(stats.bad_context);
+    if (static_cast<PacketType>(h.type) == PacketType::kPing && h.aux == kCloseProbe) {
+      AnswerClosedProbe(h);
+    }
     return;
   }
   if (c->closing) c->last_rx = Clock::now();
@@ -94,12 +97,26 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   }
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
+      if (h.aux == kCloseProbe) {
+        // A closing peer asks whether we wait for anything of its: answered whatever
+        // our own state (open or closing).
+        WireHeader pong;
+        FillHeader(c, p, &pong);
+        pong.type = static_cast<uint8_t>(PacketType::kPong);
+        pong.message_id = h.message_id;
+        pong.aux = NothingOutstanding(p) ? kCloseSettled : kCloseBusy;
+        Emit(p, pong, nullptr, 0);
+        return;
+      }
       // A closing context does not answer: a peer still waiting for it learns
       // that it is gone (its acks still answer retransmissions meanwhile).
       if (!c.closing) SendLiveness(c, p, PacketType::kPong, h.message_id);
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
+      if (c.closing && h.aux == kCloseSettled && h.message_id == p.close_probe_id) {
+        p.close_confirmed = true;
+      }
       return;
     case PacketType::kAbort:
       HandleAbort(c, p, h);
@@ -117,6 +134,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     if (first && p.unacked_base > 0) handshake_cv.notify_all();
     return;
   }
+  p.close_confirmed = false;  // it sent something: ask again once it is acknowledged
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:
       Bump(stats.duplicates);

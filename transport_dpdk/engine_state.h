@@ -200,7 +200,30 @@ struct Peer {
   // Set by the peer's ABORT: why it is gone, and the rank that failure blames.
   std::string gone_reason;
   int gone_blame = -1;
+  // --- closing (see ReapClosing) ---
+  // The peer answered our latest close probe: it has nothing of ours to wait for (no
+  // packet to us unacknowledged or queued). Cleared by any sequenced packet from it.
+  bool close_confirmed = false;
+  uint64_t close_probe_id = 0;
+  Clock::time_point next_close_probe{};
 };
+
+// A destroyed context's addressing, kept after it is released so that a peer's close
+// probe for it is still answered (it needs nothing from us: released contexts have
+// nothing outstanding or gave up).
+struct ClosedCtx {
+  uint32_t id = 0;
+  int rank = 0;
+  uint64_t token = 0;
+  std::vector<std::pair<PeerHandle, uint32_t>> peers;  // by rank: handle, remote ctx
+  std::vector<char> connected;
+};
+constexpr size_t kMaxClosedContexts = 64;
+// PING/PONG aux values of the closing handshake (wire_format.h).
+constexpr uint64_t kCloseProbe = 1;
+constexpr uint64_t kCloseBusy = 1, kCloseSettled = 2;
+// How often a closing context asks a peer that has not confirmed yet.
+constexpr us kCloseProbeEvery{1000};
 
 struct Arrival {
   int peer;

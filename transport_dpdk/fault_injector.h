@@ -84,6 +84,8 @@ class FaultInjector : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override { inner_->Wake(); }
+  // Held (delayed) datagrams bound WaitForInput's timeout to their release.
+  bool WakesOnInput() const override { return inner_->WakesOnInput(); }
   size_t TakeUnreachable(PeerHandle* out, size_t max) override {
     return inner_->TakeUnreachable(out, max);
   }

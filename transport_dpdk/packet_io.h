@@ -90,6 +90,12 @@ class PacketIo {
   // Makes a concurrent or the next WaitForInput return promptly.
   virtual void Wake() = 0;
 
+  // True if WaitForInput returns as soon as a datagram arrives (udp: ppoll on the socket;
+  // loop: its queue's condition variable), so the engine's progress thread may sleep until
+  // its next timer without spinning first. False: waits are timers only (DPDK ports have
+  // no descriptor to wait on in general), and the engine spins briefly after work.
+  virtual bool WakesOnInput() const { return false; }
+
   // True if this link never delivers a datagram whose bytes changed on the way
   // (host shared memory; the kernel's UDP checksum): the engine then checksums
   // headers only (wire_format.h, kFlagHeaderChecksum). False is always safe.

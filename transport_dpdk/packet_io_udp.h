@@ -31,6 +31,7 @@ class UdpPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  bool WakesOnInput() const override { return true; }
   // The kernel checksums every UDP datagram and drops those that fail.
   bool ProtectsPayload() const override { return true; }
   // ICMP port-unreachable reports (IP_RECVERR error queue) mapped to peers.

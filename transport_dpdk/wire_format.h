@@ -32,7 +32,11 @@
 //                           arrived twice since the last ack (0: none);
 //                           ABORT: 1 + blamed rank
 // PING/PONG (liveness) are unsequenced and carry no payload; message_id
-// is the ping's number, echoed by the pong.
+// is the ping's number, echoed by the pong. aux 1 on a PING: a close probe
+// (the sender's context is destroyed and lingers); its PONG says aux 2 when
+// the answering side has nothing unacknowledged or queued for the prober (it
+// needs nothing more from it), aux 1 otherwise. A released context's engine
+// still answers close probes for it (aux 2).
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
 // message_id = bounded operation id, offset/total_length as DATA.

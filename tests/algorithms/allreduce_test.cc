@@ -113,6 +113,63 @@ TEST(TransposeAllreduce, HadamardKeepsSumsExactToTolerance) {
   });
 }
 
+// Below AllreduceOptions::smallMessageBytes() exact operations run recursive doubling (with a
+// fold-in / fold-out for ranks beyond a power of two), above it TAR. On both sides of the
+// cut-over, with power-of-two and other rank counts: integer sums and products are exact, and
+// float sums of inexact values come out bit-identical on every rank.
+TEST(TransposeAllreduce, BothSidesOfTheSmallMessageCutOver) {
+  const size_t cut = AllreduceOptions::kDefaultSmallMessageBytes;
+  for (int size : {2, 3, 4, 5, 6, 7}) {
+    std::vector<std::vector<std::vector<float>>> floats(size);
+    RunThreads(size, [&](const std::shared_ptr<gloo::Context>& ctx) {
+      for (size_t bytes : {size_t{8}, cut - 8, cut, cut + 8, 2 * cut}) {
+        RunAndCheck<int64_t>(ctx, bytes / sizeof(int64_t), &gloo::sum<int64_t>,
+                             AllreduceOptions::Hadamard::kOff);
+        RunAndCheck<int32_t>(ctx, bytes / sizeof(int32_t), &gloo::product<int32_t>,
+                             AllreduceOptions::Hadamard::kOff);
+        const size_t count = bytes / sizeof(float);
+        std::vector<float> data(count);
+        for (size_t i = 0; i < count; i++) {
+          data[i] = 1.0f / static_cast<float>(3 + ctx->rank * 7 + i % 11);  // rounds
+        }
+        AllreduceOptions opts(ctx);
+        opts.setOutput(data.data(), count);
+        opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+        allreduce(opts);
+        floats[ctx->rank].push_back(std::move(data));
+      }
+    });
+    if (HasFailure()) FAIL() << "failed with " << size << " ranks";
+    for (int r = 1; r < size; r++) {
+      ASSERT_EQ(floats[r].size(), floats[0].size());
+      for (size_t k = 0; k < floats[0].size(); k++) {
+        ASSERT_EQ(0, std::memcmp(floats[r][k].data(), floats[0][k].data(),
+                                 floats[0][k].size() * sizeof(float)))
+            << "rank " << r << " differs from rank 0 at size " << floats[0][k].size()
+            << " floats, " << size << " ranks";
+      }
+    }
+  }
+}
+
+// Recursive doubling forced at a size that goes through the transport's large-message path.
+TEST(TransposeAllreduce, RecursiveDoublingAtLargeSizes) {
+  for (int size : {3, 5}) {
+    RunThreads(size, [](const std::shared_ptr<gloo::Context>& ctx) {
+      const size_t count = 300000;
+      std::vector<int64_t> data(count);
+      for (size_t i = 0; i < count; i++) data[i] = Value<int64_t>(ctx->rank, i);
+      AllreduceOptions opts(ctx);
+      opts.setOutput(data.data(), count);
+      opts.setReduceFunction(RawFunc(&gloo::sum<int64_t>));
+      opts.setSmallMessageBytes(SIZE_MAX);
+      allreduce(opts);
+      ExpectMatches(data, Reference<int64_t>(count, ctx->size, RawFunc(&gloo::sum<int64_t>)),
+                    "recursive doubling");
+    });
+  }
+}
+
 TEST(TransposeAllreduce, RealProcessesOneToEightRanks) {
   for (int size = 1; size <= 8; size++) {
     std::string failures = RunProcesses(size, [](const std::shared_ptr<gloo::Context>& ctx) {

@@ -1,0 +1,151 @@
+// The progress thread's wake-ups and teardown, through the Gloo API on our udp device (two
+// ranks as threads): a datagram that arrives while the thread sleeps ends the sleep (not
+// the timer); an idle connected device stays under 5% of a core; destroyed contexts are
+// released by the closing handshake, not by the quiet linger. Counters and CPU time only.
+#include <gloo/barrier.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/hash_store.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "transport_dpdk/device.h"
+#include "transport_dpdk/engine.h"
+
+namespace optireduce {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Rank {
+  std::shared_ptr<transport::Device> device;
+  std::shared_ptr<gloo::rendezvous::Context> context;
+};
+
+// Two connected ranks over udp devices made with `engine` options.
+std::vector<Rank> Connect(const transport::EngineOptions& engine) {
+  gloo::rendezvous::HashStore store;
+  std::vector<Rank> ranks(2);
+  for (auto& r : ranks) {
+    transport::udp::attr a;
+    a.engine = engine;
+    auto dev = transport::udp::CreateDeviceOrError(a);
+    EXPECT_TRUE(dev.ok()) << dev.status();
+    if (!dev.ok()) return {};
+    r.device = *dev;
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      ranks[i].context = std::make_shared<gloo::rendezvous::Context>(i, 2);
+      ranks[i].context->setTimeout(std::chrono::seconds(30));
+      std::shared_ptr<gloo::transport::Device> dev = ranks[i].device;
+      ranks[i].context->connectFullMesh(store, dev);
+    });
+  }
+  for (auto& t : threads) t.join();
+  return ranks;
+}
+
+void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
+  gloo::BarrierOptions b(ctx);
+  b.setTag(1);
+  gloo::barrier(b);
+}
+
+// Long timer sleeps: a message that waited for the timer would show up in late_inputs.
+TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
+  transport::EngineOptions engine;
+  engine.max_sleep = std::chrono::milliseconds(200);
+  auto ranks = Connect(engine);
+  ASSERT_EQ(ranks.size(), 2u);
+  const auto before = ranks[1].device->stats();
+  constexpr int kMessages = 200;
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; ++i) {
+    threads.emplace_back([&, i] {
+      auto& ctx = ranks[i].context;
+      int value = 0;
+      auto buf = ctx->createUnboundBuffer(&value, sizeof(value));
+      for (int m = 0; m < kMessages; ++m) {
+        if (i == 0) {
+          value = m;
+          buf->send(1, 7);
+          buf->waitSend();
+          buf->recv(1, 8);
+          buf->waitRecv();
+          EXPECT_EQ(value, m + 1);
+        } else {
+          buf->recv(0, 7);
+          buf->waitRecv();
+          ++value;
+          buf->send(0, 8);
+          buf->waitSend();
+        }
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto after = ranks[1].device->stats();
+  const uint64_t woken = after.sleeps_woken_by_input - before.sleeps_woken_by_input;
+  const uint64_t late = after.late_inputs - before.late_inputs;
+  // Rank 1's progress thread has nothing to do between messages: it sleeps, and most
+  // messages find it asleep. Each must end the sleep; one that waited for a 200 ms timer
+  // counts as late (a datagram landing as a timer fires may, rarely).
+  EXPECT_GE(woken, static_cast<uint64_t>(kMessages / 4)) << after.ToString();
+  EXPECT_LE(late, static_cast<uint64_t>(kMessages / 20)) << after.ToString();
+}
+
+TEST(ProgressWakeup, IdleConnectedDeviceUsesUnderFivePercentOfACore) {
+  auto ranks = Connect(transport::EngineOptions());
+  ASSERT_EQ(ranks.size(), 2u);
+  std::thread other([&] { Barrier(ranks[1].context); });
+  Barrier(ranks[0].context);
+  other.join();
+  const double before = ranks[0].device->engine()->ProgressThreadCpuSeconds();
+  const auto t0 = Clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // idle: what is measured
+  const double used = ranks[0].device->engine()->ProgressThreadCpuSeconds() - before;
+  const double wall = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_LT(used / wall, 0.05) << "idle connected progress thread used " << 100 * used / wall
+                               << "% of a core";
+  RecordProperty("idle_cpu_percent", std::to_string(100 * used / wall));
+}
+
+// Waits (bounded) until `engine` has released `n` destroyed contexts either way.
+bool WaitReleased(const std::shared_ptr<transport::Engine>& engine, uint64_t n) {
+  const auto until = Clock::now() + std::chrono::seconds(10);
+  while (Clock::now() < until) {
+    const auto s = engine->GetStats();
+    if (s.closes_confirmed + s.closes_lingered >= n) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return false;
+}
+
+// Rank 0 destroys its context first (rank 1's open context answers its probe), then rank 1
+// (rank 0's engine answers for the released context). Neither waits for the quiet linger.
+TEST(ProgressWakeup, DestroyedContextsAreReleasedByTheClosingHandshake) {
+  auto ranks = Connect(transport::EngineOptions());
+  ASSERT_EQ(ranks.size(), 2u);
+  std::thread other([&] { Barrier(ranks[1].context); });
+  Barrier(ranks[0].context);
+  other.join();
+  auto e0 = ranks[0].device->engine();
+  auto e1 = ranks[1].device->engine();
+  ranks[0].context.reset();
+  ASSERT_TRUE(WaitReleased(e0, 1));
+  ranks[1].context.reset();
+  ASSERT_TRUE(WaitReleased(e1, 1));
+  EXPECT_EQ(e0->GetStats().closes_confirmed, 1u) << e0->GetStats().ToString();
+  EXPECT_EQ(e0->GetStats().closes_lingered, 0u);
+  EXPECT_EQ(e1->GetStats().closes_confirmed, 1u) << e1->GetStats().ToString();
+  EXPECT_EQ(e1->GetStats().closes_lingered, 0u);
+}
+
+}  // namespace
+}  // namespace optireduce
