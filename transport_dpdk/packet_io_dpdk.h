@@ -18,6 +18,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "transport_dpdk/dpdk_attr.h"
+#include "transport_dpdk/dpdk_control_gate.h"
 #include "transport_dpdk/dpdk_frame.h"
 #include "transport_dpdk/dpdk_port.h"
 #include "transport_dpdk/packet_io.h"
@@ -46,6 +47,13 @@ class DpdkPacketIo : public PacketIo {
   // Host shared-memory ports (net_memif, net_ring) only: frames on a wire or
   // through a kernel interface carry no UDP checksum of ours.
   bool ProtectsPayload() const override;
+  // Peers behind a memif link that went down after it was up: the peer's
+  // process closed the link or is gone (the PMD saw its control socket close).
+  // A single shared port (NIC, af_packet) reports nothing: its link going down
+  // says nothing about one peer, and a flap must not fail a job (Gloo's TCP
+  // survives one); the engine's probes judge those peers.
+  size_t TakeUnreachable(PeerHandle* out, size_t max) override;
+  std::string UnreachableCause() const override;
 
   struct Counters {
     uint64_t tx_frames = 0;       // datagrams handed to a port
@@ -58,6 +66,7 @@ class DpdkPacketIo : public PacketIo {
     uint64_t rx_delivered = 0;    // datagrams handed to the engine
     uint64_t hellos_sent = 0;
     uint64_t hellos_received = 0;
+    uint64_t links_lost = 0;      // memif links seen going down after being up
     uint64_t rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
     uint64_t rx_dropped_total = 0;
   };
@@ -144,13 +153,30 @@ class DpdkPacketIo : public PacketIo {
   // Queues a built frame on port `pi` (drains first when full); false if
   // the backlog stays full (the frame is not taken).
   bool Enqueue(size_t pi, rte_mbuf* m);
+  // memif ports are used only while this process's EAL interrupt thread is held
+  // in the control gate (dpdk_control_gate.h): the PMD tears a link down there.
+  // Null when no port is a memif.
+  dpdk::ControlGate* gate_ = nullptr;
+  bool memif_open_ = false;  // this call holds a gate pass (or there is no gate)
+  bool Usable(size_t pi) const {
+    return ports_[pi]->started() && !link_lost_[pi] && (memif_open_ || !ports_[pi]->is_memif());
+  }
+  // Opens the gate for one datapath call (TxBurst, RxBurst, SendRawFrame).
+  dpdk::ControlGate::Pass OpenGate();
+  // Per memif port: its link was up / went down since (the peer is gone). A
+  // memif client port that its watchdog brings up again counts as up again.
+  std::vector<bool> link_up_, link_lost_;
+  std::vector<PeerHandle> unreachable_;  // for TakeUnreachable
+  // Notes memif links that went down (under the gate): their peers become
+  // unreachable and the frames queued for them are dropped.
+  void WatchLinks();
   std::vector<std::vector<uint8_t>> rx_linear_;  // multi-segment frames
   size_t rx_next_port_ = 0;
 
   struct AtomicCounters {
     std::atomic<uint64_t> tx_frames{0}, tx_backpressure{0}, tx_deferred{0}, tx_flooded{0},
         tx_zero_copy{0}, tx_linearized{0},
-        rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0};
+        rx_frames{0}, rx_delivered{0}, hellos_sent{0}, hellos_received{0}, links_lost{0};
     std::atomic<uint64_t> rx_dropped[static_cast<int>(dpdk::Verdict::kCount)] = {};
   } c_;
 };

@@ -1,0 +1,120 @@
+#include "transport_dpdk/dpdk_control_gate.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <condition_variable>
+#include <cstring>
+#include <mutex>
+
+#include <rte_errno.h>
+#include <rte_interrupts.h>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace optireduce {
+namespace transport {
+namespace dpdk {
+
+struct ControlGate::State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool parked = false;  // the interrupt thread is inside Park
+  int users = 0;        // passes held
+  uint64_t parks = 0;
+  rte_intr_handle* handle = nullptr;
+  int fd = -1;
+};
+
+ControlGate::Pass& ControlGate::Pass::operator=(Pass&& o) noexcept {
+  if (this != &o) {
+    Release();
+    gate_ = o.gate_;
+    o.gate_ = nullptr;
+  }
+  return *this;
+}
+
+void ControlGate::Pass::Release() {
+  if (gate_) gate_->Leave();
+  gate_ = nullptr;
+}
+
+absl::StatusOr<ControlGate*> ControlGate::Get() {
+  static std::mutex mu;
+  static ControlGate* gate = nullptr;  // never freed: the interrupt thread may be in Park
+  static absl::Status failed;
+  std::lock_guard<std::mutex> lock(mu);
+  if (gate) return gate;
+  if (!failed.ok()) return failed;
+  auto* g = new ControlGate();
+  g->s_ = new State();
+  // An eventfd with a count that is never read stays readable: the EAL's
+  // level-triggered epoll reports it in every round (RTE_INTR_HANDLE_EXT
+  // sources are not read by the EAL).
+  g->s_->fd = eventfd(1, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (g->s_->fd < 0) {
+    failed = absl::InternalError(absl::StrCat("dpdk control gate: eventfd: ", std::strerror(errno)));
+    return failed;
+  }
+  g->s_->handle = rte_intr_instance_alloc(RTE_INTR_INSTANCE_F_PRIVATE);
+  if (g->s_->handle == nullptr) {
+    failed = absl::ResourceExhaustedError(absl::StrCat(
+        "dpdk control gate: rte_intr_instance_alloc: ", rte_strerror(rte_errno)));
+    return failed;
+  }
+  int ret = rte_intr_fd_set(g->s_->handle, g->s_->fd);
+  if (ret == 0) ret = rte_intr_type_set(g->s_->handle, RTE_INTR_HANDLE_EXT);
+  if (ret == 0) ret = rte_intr_callback_register(g->s_->handle, &ControlGate::Park, g);
+  if (ret != 0) {
+    failed = absl::InternalError(absl::StrCat(
+        "dpdk control gate: cannot register with the EAL interrupt thread: ",
+        rte_strerror(ret < 0 ? -ret : ret)));
+    return failed;
+  }
+  gate = g;
+  return gate;
+}
+
+void ControlGate::Park(void* arg) {
+  State& s = *static_cast<ControlGate*>(arg)->s_;
+  std::unique_lock<std::mutex> lock(s.mu);
+  s.parked = true;
+  ++s.parks;
+  s.cv.notify_all();
+  // The whole period: notifications for the other conditions do not end it.
+  s.cv.wait_until(lock, std::chrono::steady_clock::now() + kParkPeriod, [] { return false; });
+  s.parked = false;
+  // Bursts in progress finish before this thread may run a control handler.
+  s.cv.wait(lock, [&] { return s.users == 0; });
+}
+
+ControlGate::Pass ControlGate::TryEnter() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (!s_->parked) return Pass();
+  ++s_->users;
+  return Pass(this);
+}
+
+ControlGate::Pass ControlGate::Enter() {
+  std::unique_lock<std::mutex> lock(s_->mu);
+  if (!s_->cv.wait_for(lock, kEnterLimit, [&] { return s_->parked; })) return Pass();
+  ++s_->users;
+  return Pass(this);
+}
+
+void ControlGate::Leave() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  if (--s_->users == 0) s_->cv.notify_all();
+}
+
+uint64_t ControlGate::parks() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->parks;
+}
+
+}  // namespace dpdk
+}  // namespace transport
+}  // namespace optireduce
