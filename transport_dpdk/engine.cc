@@ -1407,9 +1407,7 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
           const std::string why =
               !p.gone_reason.empty() ? p.gone_reason
               : p.live.unreachable()
-                  ? absl::StrCat("peer rank ", p.rank,
-                                 " is gone: its address reported ICMP port unreachable "
-                                 "(its socket is closed)")
+                  ? absl::StrCat("peer rank ", p.rank, " is gone: ", io->UnreachableCause())
                   : absl::StrCat("peer rank ", p.rank, " is gone: no packet from it for ",
                                  p.live.dead_after().count(),
                                  " ms while operations with it were pending "
