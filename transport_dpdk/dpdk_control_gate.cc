@@ -3,6 +3,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
@@ -20,10 +21,14 @@ namespace dpdk {
 
 struct ControlGate::State {
   std::mutex mu;
-  std::condition_variable cv;
+  std::condition_variable parked_cv;  // Enter waits for parked
+  std::condition_variable users_cv;   // Park waits for users == 0
+  std::condition_variable sleep_cv;   // Park's timed sleep: never notified
   bool parked = false;  // the interrupt thread is inside Park
   int users = 0;        // passes held
   uint64_t parks = 0;
+  std::chrono::microseconds period = kParkPeriod;
+  bool traffic = false;  // NoteTraffic since the last round
   rte_intr_handle* handle = nullptr;
   int fd = -1;
 };
@@ -83,12 +88,16 @@ void ControlGate::Park(void* arg) {
   std::unique_lock<std::mutex> lock(s.mu);
   s.parked = true;
   ++s.parks;
-  s.cv.notify_all();
-  // The whole period: notifications for the other conditions do not end it.
-  s.cv.wait_until(lock, std::chrono::steady_clock::now() + kParkPeriod, [] { return false; });
+  s.parked_cv.notify_all();
+  // Short rounds while frames move, longer ones (fewer wake-ups) while idle.
+  s.period = s.traffic ? kParkPeriod : std::min(2 * s.period, kIdleParkPeriod);
+  s.traffic = false;
+  const auto until = std::chrono::steady_clock::now() + s.period;
+  while (s.sleep_cv.wait_until(lock, until) != std::cv_status::timeout) {
+  }
   s.parked = false;
   // Bursts in progress finish before this thread may run a control handler.
-  s.cv.wait(lock, [&] { return s.users == 0; });
+  s.users_cv.wait(lock, [&] { return s.users == 0; });
 }
 
 ControlGate::Pass ControlGate::TryEnter() {
@@ -100,14 +109,20 @@ ControlGate::Pass ControlGate::TryEnter() {
 
 ControlGate::Pass ControlGate::Enter() {
   std::unique_lock<std::mutex> lock(s_->mu);
-  if (!s_->cv.wait_for(lock, kEnterLimit, [&] { return s_->parked; })) return Pass();
+  if (!s_->parked_cv.wait_for(lock, kEnterLimit, [&] { return s_->parked; })) return Pass();
   ++s_->users;
   return Pass(this);
 }
 
 void ControlGate::Leave() {
   std::lock_guard<std::mutex> lock(s_->mu);
-  if (--s_->users == 0) s_->cv.notify_all();
+  // Park waits for the last pass only once it stopped parking.
+  if (--s_->users == 0 && !s_->parked) s_->users_cv.notify_one();
+}
+
+void ControlGate::NoteTraffic() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->traffic = true;
 }
 
 uint64_t ControlGate::parks() const {

@@ -18,7 +18,9 @@
 // returns, the thread serves whatever else is ready (a disconnect unmaps only
 // then) and parks again at once. Control events so wait at most about two
 // periods; datapath calls made while the thread is out skip the memif ports
-// (nothing is received, frames wait in the TX backlog).
+// (nothing is received, frames wait in the TX backlog). The period is
+// kParkPeriod while frames move and doubles up to kIdleParkPeriod while none
+// do, so an idle process wakes its interrupt thread rarely.
 //
 // One gate per process, created on first use and never destroyed (the
 // interrupt thread may sit in it when the process exits).
@@ -36,6 +38,7 @@ class ControlGate {
  public:
   // How long the interrupt thread stays parked per round.
   static constexpr std::chrono::microseconds kParkPeriod{1000};
+  static constexpr std::chrono::microseconds kIdleParkPeriod{8000};
 
   // The process's gate, installed in the EAL interrupt thread on the first call
   // (the EAL must be initialised). Thread-safe.
@@ -70,6 +73,9 @@ class ControlGate {
   // holding a pass.
   static constexpr std::chrono::seconds kEnterLimit{1};
   Pass Enter();
+
+  // The datapath moved frames on a memif port (keeps the rounds short).
+  void NoteTraffic();
 
   // Rounds the interrupt thread has been parked (tests, diagnostics).
   uint64_t parks() const;

@@ -485,6 +485,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
   }
   const uint32_t after = backlog_frames_.load(std::memory_order_relaxed);
   if (after > 0 && after >= before) Count(c_.tx_deferred, after);
+  if (done && gate_) gate_->NoteTraffic();
   return done;
 }
 
@@ -614,6 +615,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   }
   rx_next_port_ = (rx_next_port_ + 1) % nports;
   if (got) Count(c_.rx_delivered, got);
+  if (got && gate_) gate_->NoteTraffic();
   return got;
 }
 
