@@ -116,6 +116,13 @@ INSTANTIATE_TEST_SUITE_P(UdpSilent, PeerDeath,
                                             ::testing::Values("during", "between"),
                                             ::testing::Values("stop")),
                          Name);
+// Old-style Buffers: the survivors only wait in Buffer::waitRecv for the victim's data.
+INSTANTIATE_TEST_SUITE_P(UdpBufferRecv, PeerDeath,
+                         ::testing::Combine(::testing::Values("udp"),
+                                            ::testing::Values("buffer_recv"),
+                                            ::testing::Values("before", "between"),
+                                            ::testing::Values("kill", "stop")),
+                         Name);
 #ifdef OPTIREDUCE_TEST_DPDK
 // A victim that exits or is killed takes its memif links down: the survivors' backend
 // reports the peers behind them at once (the memif PMD sees the control socket close). The
@@ -126,6 +133,12 @@ INSTANTIATE_TEST_SUITE_P(DpdkMemif, PeerDeath,
                          ::testing::Combine(::testing::Values("dpdk"), kOps,
                                             ::testing::Values("before", "during", "between"),
                                             ::testing::Values("exit", "kill")),
+                         Name);
+INSTANTIATE_TEST_SUITE_P(DpdkMemifBufferRecv, PeerDeath,
+                         ::testing::Combine(::testing::Values("dpdk"),
+                                            ::testing::Values("buffer_recv"),
+                                            ::testing::Values("between"),
+                                            ::testing::Values("kill", "stop")),
                          Name);
 // A stopped process keeps its memif links up: only the probes tell.
 INSTANTIATE_TEST_SUITE_P(DpdkMemifSilent, PeerDeath,

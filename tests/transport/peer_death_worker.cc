@@ -3,7 +3,8 @@
 // dies at its point and the survivors must raise gloo::IoException.
 //
 //   peer_death_worker --rank=R --size=N --store=DIR --info=DIR --victim=V
-//                     --device=udp|tcp|dpdk --op=allreduce|broadcast|barrier|sendrecv|recv_any|idle
+//                     --device=udp|tcp|dpdk
+//                     --op=allreduce|broadcast|barrier|sendrecv|recv_any|buffer_recv|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
 //
@@ -137,6 +138,36 @@ std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& c
     ub->recv(0, slot + 1);
     ub->waitRecv();
     return v == i ? "" : "recv-from-any answer wrong";
+  }
+  if (op == "buffer_recv") {
+    // Old-style Buffers, as Gloo's algorithm classes use them (made once, reused): the
+    // victim sends one value to every other rank per collective, and they only wait in
+    // Buffer::waitRecv (nothing of theirs is in flight to it).
+    const int sender = std::stoi(g_args["victim"]);
+    constexpr uint64_t kBufferSlot = 77;
+    static std::vector<int32_t> values(n, -1);
+    static std::vector<std::unique_ptr<gloo::transport::Buffer>> bufs(n);
+    if (r == sender) {
+      for (int k = 0; k < n; ++k) {
+        if (k == r) continue;
+        if (!bufs[k]) {
+          bufs[k] = ctx->getPair(k)->createSendBuffer(kBufferSlot, &values[k], sizeof(int32_t));
+        }
+        values[k] = i;
+        bufs[k]->send();
+      }
+      for (int k = 0; k < n; ++k) {
+        if (k != r) bufs[k]->waitSend();
+      }
+      return "";
+    }
+    if (!bufs[sender]) {
+      bufs[sender] =
+          ctx->getPair(sender)->createRecvBuffer(kBufferSlot, &values[sender], sizeof(int32_t));
+    }
+    bufs[sender]->waitRecv();
+    // The sender may already have sent the next value into the same buffer.
+    return values[sender] >= i ? "" : "old-style buffer recv gave wrong data";
   }
   return "unknown op " + op;
 }
