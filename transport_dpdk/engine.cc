@@ -1363,10 +1363,12 @@ bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
     const InMsg& m = *kv.second;
     if ((m.matched || m.eager) && m.received < m.total) return true;  // bytes to come
   }
-  // An old-style recv buffer with a message bound to it still arriving.
+  // An old-style recv buffer with a message bound to it still arriving, or one that a
+  // waitRecv blocks on (Buffer recvs are never posted: nothing else says it waits).
   for (auto it = c.regs.lower_bound({p.rank, 0}); it != c.regs.end() && it->first.first == p.rank;
        ++it) {
     if (!it->second->order.empty()) return true;
+    if (it->second->sink->blocked_recv_waits.load(std::memory_order_relaxed) > 0) return true;
   }
   // A bounded receive waiting for its data (OptiReduce mode absorbs a late or lossy peer,
   // not a gone one).
