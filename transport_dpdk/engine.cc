@@ -1341,6 +1341,18 @@ void Engine::Impl::TakeUnreachable() {
     for (auto& kv : contexts) {
       for (Peer& p : kv.second->peers) {
         if (p.connected && p.handle == gone[i] && !p.live.unreachable()) {
+          // A peer of this context reported gone before is the likely cause: a survivor
+          // that failed on it and exited is reported too, and the ABORT naming the first
+          // may be lost with its link (memif rings vanish with the link).
+          for (const Peer& q : kv.second->peers) {
+            if (&q != &p && q.connected && q.live.unreachable() && q.gone_blame < 0 &&
+                p.gone_reason.empty()) {
+              p.gone_reason = absl::StrCat("peer rank ", q.rank, " is gone: ",
+                                           io->UnreachableCause(), " (and then rank ", p.rank,
+                                           " too)");
+              p.gone_blame = q.rank;
+            }
+          }
           p.live.Unreachable();
           Bump(stats.peers_unreachable);
         }
