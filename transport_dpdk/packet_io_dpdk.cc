@@ -657,7 +657,13 @@ void DpdkPacketIo::WatchLinks() {
       link_lost_[pi] = false;
       continue;
     }
-    if (!link_up_[pi]) continue;  // not connected yet
+    if (!link_up_[pi]) {
+      // Connecting: the PMD's handshake runs in the interrupt thread, one message per
+      // gate round at best; short rounds keep it well inside the client watchdog's
+      // restart interval.
+      gate_->NoteTraffic();
+      continue;
+    }
     link_up_[pi] = false;
     link_lost_[pi] = true;
     Count(c_.links_lost);
