@@ -288,6 +288,14 @@ int main(int argc, char** argv) {
         }
         WriteFile("message." + std::to_string(rank), e.what());
         WriteFile("failed." + std::to_string(rank), std::to_string(now) + "\n");
+        // Stay until every survivor has raised: this process's exit takes its links down
+        // (memif), and a survivor still judging the dead rank would see that first.
+        for (int r = 0; r < size; ++r) {
+          const std::string path = g_args["info"] + "/failed." + std::to_string(r);
+          for (int k = 0; r != victim && k < 30000 && access(path.c_str(), F_OK) != 0; ++k) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
         return 0;
       }
       if (!err.empty()) {
