@@ -28,7 +28,8 @@ struct ControlGate::State {
   int users = 0;        // passes held
   uint64_t parks = 0;
   std::chrono::microseconds period = kParkPeriod;
-  bool traffic = false;  // NoteTraffic since the last round
+  bool traffic = false;     // NoteTraffic since the last round
+  bool connecting = false;  // NoteConnecting since the last round
   rte_intr_handle* handle = nullptr;
   int fd = -1;
 };
@@ -90,8 +91,10 @@ void ControlGate::Park(void* arg) {
   ++s.parks;
   s.parked_cv.notify_all();
   // Short rounds while frames move, longer ones (fewer wake-ups) while idle.
-  s.period = s.traffic ? kParkPeriod : std::min(2 * s.period, kIdleParkPeriod);
-  s.traffic = false;
+  s.period = s.connecting ? kConnectParkPeriod
+             : s.traffic  ? kParkPeriod
+                          : std::min(2 * s.period, kIdleParkPeriod);
+  s.traffic = s.connecting = false;
   const auto until = std::chrono::steady_clock::now() + s.period;
   while (s.sleep_cv.wait_until(lock, until) != std::cv_status::timeout) {
   }
@@ -123,6 +126,11 @@ void ControlGate::Leave() {
 void ControlGate::NoteTraffic() {
   std::lock_guard<std::mutex> lock(s_->mu);
   s_->traffic = true;
+}
+
+void ControlGate::NoteConnecting() {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  s_->connecting = true;
 }
 
 uint64_t ControlGate::parks() const {

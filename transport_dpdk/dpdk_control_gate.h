@@ -20,7 +20,8 @@
 // periods; datapath calls made while the thread is out skip the memif ports
 // (nothing is received, frames wait in the TX backlog). The period is
 // kParkPeriod while frames move and doubles up to kIdleParkPeriod while none
-// do, so an idle process wakes its interrupt thread rarely.
+// do, so an idle process wakes its interrupt thread rarely; it is
+// kConnectParkPeriod while a memif link is still connecting.
 //
 // One gate per process, created on first use and never destroyed (the
 // interrupt thread may sit in it when the process exits).
@@ -39,6 +40,8 @@ class ControlGate {
   // How long the interrupt thread stays parked per round.
   static constexpr std::chrono::microseconds kParkPeriod{1000};
   static constexpr std::chrono::microseconds kIdleParkPeriod{8000};
+  // While a memif link connects: its handshake takes one message per round at best.
+  static constexpr std::chrono::microseconds kConnectParkPeriod{100};
 
   // The process's gate, installed in the EAL interrupt thread on the first call
   // (the EAL must be initialised). Thread-safe.
@@ -76,6 +79,9 @@ class ControlGate {
 
   // The datapath moved frames on a memif port (keeps the rounds short).
   void NoteTraffic();
+
+  // A memif port's link is not up yet (short rounds for its handshake).
+  void NoteConnecting();
 
   // Rounds the interrupt thread has been parked (tests, diagnostics).
   uint64_t parks() const;

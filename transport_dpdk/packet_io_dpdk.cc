@@ -661,7 +661,7 @@ void DpdkPacketIo::WatchLinks() {
       // Connecting: the PMD's handshake runs in the interrupt thread, one message per
       // gate round at best; short rounds keep it well inside the client watchdog's
       // restart interval.
-      gate_->NoteTraffic();
+      gate_->NoteConnecting();
       continue;
     }
     link_up_[pi] = false;
