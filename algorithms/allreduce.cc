@@ -1,6 +1,7 @@
 // Transpose AllReduce over Gloo's public transport API (UnboundBuffer send/recv).
 #include "algorithms/allreduce.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -50,23 +51,26 @@ struct ImplAccess : gloo::AllreduceOptions {
   }
 };
 
+// The operation's own time limit. It never throws by itself: a wait that starts after it
+// passed still runs, with the shortest timeout, so that the transport times the operation
+// out as a Gloo wait timeout does (Gloo's TCP device and ours then fail the context: no
+// later operation on it succeeds, and nothing lands in this operation's buffers later).
 class Deadline {
  public:
   explicit Deadline(milliseconds timeout) : timeout_(timeout) {
     if (timeout.count() > 0) end_ = Clock::now() + timeout;
   }
-  // Time left for the next wait; kUnsetTimeout means "the transport's default".
-  milliseconds Remaining(const char* what, int peer) const {
+  // Time left for the next wait (at least kLastWait once passed); kUnsetTimeout means "the
+  // transport's default".
+  milliseconds Remaining() const {
     if (timeout_.count() <= 0) return gloo::transport::kUnsetTimeout;
-    auto left = std::chrono::duration_cast<milliseconds>(end_ - Clock::now());
-    if (left.count() <= 0) {
-      GLOO_THROW_IO_EXCEPTION("optireduce::allreduce timed out after ", timeout_.count(),
-                              " ms ", what, " rank ", peer);
-    }
-    return left;
+    return std::max(std::chrono::duration_cast<milliseconds>(end_ - Clock::now()), kLastWait);
   }
+  bool passed() const { return timeout_.count() > 0 && Clock::now() >= end_; }
+  milliseconds timeout() const { return timeout_; }
 
  private:
+  static constexpr milliseconds kLastWait{1};
   milliseconds timeout_;
   Clock::time_point end_;
 };
@@ -100,9 +104,14 @@ int WaitOne(gloo::transport::UnboundBuffer& buf, bool recv, const char* what, in
   int rank = peer;
   bool ok = false;
   try {
-    const auto left = deadline.Remaining(what, peer);
+    const auto left = deadline.Remaining();
     ok = recv ? buf.waitRecv(&rank, left) : buf.waitSend(&rank, left);
   } catch (const gloo::IoException& e) {
+    if (deadline.passed()) {
+      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") timed out after ",
+                                           deadline.timeout().count(), " ms ", what, " rank ",
+                                           peer, ": ", e.what()));
+    }
     throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ",
                                          what, " rank ", peer, ": ", e.what()));
   }
@@ -281,7 +290,13 @@ bool WaitRecvUnless(BoundedChannel& channel, gloo::transport::UnboundBuffer& buf
   constexpr milliseconds kSlice{2};
   for (;;) {
     if (leave()) return false;
-    milliseconds left = deadline.Remaining(what, -1);  // throws at the deadline
+    // At the deadline, a last Gloo wait: it times out and fails the context (a poll would
+    // leave the context usable and the receive posted).
+    if (deadline.passed()) {
+      WaitOne(buf, /*recv=*/true, what, -1, tag, deadline);
+      return true;
+    }
+    milliseconds left = deadline.Remaining();
     if (left == gloo::transport::kUnsetTimeout || left > kSlice) left = kSlice;
     int rank = -1;
     std::optional<bool> done;
@@ -522,7 +537,7 @@ void Run(Job job) {
         rd.slot = static_cast<uint64_t>(gloo::Slot::build(kTransposeSlotPrefix, g.tag)) +
                   kRecursiveDoublingSlotDelta;
         rd.tag = g.tag;
-        rd.timeout = deadline.Remaining("starting recursive doubling with", -1);
+        rd.timeout = deadline.Remaining();
         RecursiveDoublingAllreduce(rd);
       } else if (g.elements > 0) {
         RunReliable(job, data, seed, deadline, slot1, slot2);

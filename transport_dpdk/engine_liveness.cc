@@ -20,6 +20,18 @@ void Engine::Impl::TakeUnreachable() {
     for (auto& kv : contexts) {
       for (Peer& p : kv.second->peers) {
         if (p.connected && p.handle == gone[i] && !p.live.unreachable()) {
+          // A peer of this context reported gone before is the likely cause: a survivor
+          // that failed on it and exited is reported too, and the ABORT naming the first
+          // may be lost with its link (memif rings vanish with the link).
+          for (const Peer& q : kv.second->peers) {
+            if (&q != &p && q.connected && q.live.unreachable() && q.gone_blame < 0 &&
+                p.gone_reason.empty()) {
+              p.gone_reason = absl::StrCat("peer rank ", q.rank, " is gone: ",
+                                           io->UnreachableCause(), " (and then rank ", p.rank,
+                                           " too)");
+              p.gone_blame = q.rank;
+            }
+          }
           p.live.Unreachable();
           Bump(stats.peers_unreachable);
         }
@@ -42,10 +54,12 @@ bool Engine::Impl::PendingWith(const Ctx& c, const Peer& p,
     const InMsg& m = *kv.second;
     if ((m.matched || m.eager) && m.received < m.total) return true;  // bytes to come
   }
-  // An old-style recv buffer with a message bound to it still arriving.
+  // An old-style recv buffer with a message bound to it still arriving, or one that a
+  // waitRecv blocks on (Buffer recvs are never posted: nothing else says it waits).
   for (auto it = c.regs.lower_bound({p.rank, 0}); it != c.regs.end() && it->first.first == p.rank;
        ++it) {
     if (!it->second->order.empty()) return true;
+    if (it->second->sink->blocked_recv_waits.load(std::memory_order_relaxed) > 0) return true;
   }
   // A bounded receive waiting for its data (OptiReduce mode absorbs a late or lossy peer,
   // not a gone one).
@@ -86,9 +100,7 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
           const std::string why =
               !p.gone_reason.empty() ? p.gone_reason
               : p.live.unreachable()
-                  ? absl::StrCat("peer rank ", p.rank,
-                                 " is gone: its address reported ICMP port unreachable "
-                                 "(its socket is closed)")
+                  ? absl::StrCat("peer rank ", p.rank, " is gone: ", io->UnreachableCause())
                   : absl::StrCat("peer rank ", p.rank, " is gone: no packet from it for ",
                                  p.live.dead_after().count(),
                                  " ms while operations with it were pending "

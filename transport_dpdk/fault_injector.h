@@ -89,6 +89,7 @@ class FaultInjector : public PacketIo {
   size_t TakeUnreachable(PeerHandle* out, size_t max) override {
     return inner_->TakeUnreachable(out, max);
   }
+  std::string UnreachableCause() const override { return inner_->UnreachableCause(); }
   // Injected corruption is what the engine's payload checksum must catch.
   bool ProtectsPayload() const override {
     return spec_.corrupt == 0 && inner_->ProtectsPayload();

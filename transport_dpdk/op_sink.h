@@ -5,6 +5,7 @@
 // waiter holds only the sink lock and never calls the engine while holding it.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -22,6 +23,10 @@ struct OpSink {
   std::deque<int> recvs_done;  // peer rank of each completed recv, in order
   std::deque<std::string> errors;  // failures to raise from the next wait
   bool abort_send = false, abort_recv = false;
+  // Waits for a recv blocked right now (WaitForCompletion). Read by the engine
+  // without the sink lock: an old-style recv buffer that someone waits on is
+  // pending with its peer (liveness) even when nothing is arriving yet.
+  std::atomic<int> blocked_recv_waits{0};
 
   struct Pending {
     std::string what;  // description for timeout messages

@@ -16,6 +16,16 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
   auto& done = send ? sink.sends_done : sink.recvs_done;
   bool& aborted = send ? sink.abort_send : sink.abort_recv;
   auto ready = [&] { return !done.empty() || aborted || !sink.errors.empty(); };
+  // Counted while blocked (OpSink::blocked_recv_waits).
+  struct Blocked {
+    std::atomic<int>* n;
+    explicit Blocked(std::atomic<int>* c) : n(c) {
+      if (n) n->fetch_add(1, std::memory_order_relaxed);
+    }
+    ~Blocked() {
+      if (n) n->fetch_sub(1, std::memory_order_relaxed);
+    }
+  } blocked(!send && !ready() ? &sink.blocked_recv_waits : nullptr);
   if (timeout.count() <= 0) {
     sink.cv.wait(lock, ready);
   } else if (!sink.cv.wait_for(lock, timeout, ready)) {

@@ -111,6 +111,11 @@ class PacketIo {
     (void)max;
     return 0;
   }
+  // What a TakeUnreachable report means on this backend, for the error that
+  // names the gone peer ("peer rank R is gone: <cause>").
+  virtual std::string UnreachableCause() const {
+    return "the network reported its address unreachable";
+  }
 };
 
 }  // namespace transport

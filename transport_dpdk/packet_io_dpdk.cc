@@ -198,6 +198,14 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     io->priming_ = io->priming_ || io->primers_left_.back() > 0;
   }
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
+  io->link_up_.assign(io->ports_.size(), false);
+  io->link_lost_.assign(io->ports_.size(), false);
+  for (const auto& port : io->ports_) {
+    if (!port->is_memif() || io->gate_) continue;
+    auto gate = dpdk::ControlGate::Get();
+    if (!gate.ok()) return gate.status();
+    io->gate_ = *gate;
+  }
   if (io->ports_.size() > 1) io->SendHellos();
   return io;
 }
@@ -212,7 +220,11 @@ DpdkPacketIo::~DpdkPacketIo() {
   if (!rx_held_.empty()) {
     rte_pktmbuf_free_bulk(rx_held_.data(), static_cast<unsigned>(rx_held_.size()));
   }
-  ports_.clear();
+  {
+    // Stopping a memif port runs the PMD's disconnect: not beside its control handler.
+    dpdk::ControlGate::Pass pass = gate_ ? gate_->Enter() : dpdk::ControlGate::Pass();
+    ports_.clear();
+  }
   if (wake_fd_ >= 0) close(wake_fd_);
 }
 
@@ -349,7 +361,7 @@ rte_mbuf* DpdkPacketIo::BuildFrame(size_t port, const TxDatagram& d,
 void DpdkPacketIo::DrainBacklog(size_t pi) {
   TxBacklog& b = tx_backlog_[pi];
   const dpdk::OpenPort& port = *ports_[pi];
-  if (b.size() == 0 || !port.started()) return;
+  if (b.size() == 0 || !Usable(pi)) return;
   uint32_t sent_total = 0;
   while (b.size() > 0) {
     // The contiguous run from head (the ring wraps).
@@ -415,6 +427,7 @@ bool DpdkPacketIo::Enqueue(size_t pi, rte_mbuf* m) {
 }
 
 size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
+  const dpdk::ControlGate::Pass pass = OpenGate();
   // Frames go through the port's backlog (in order); most leave at once in
   // the drain below, the rest on the next call.
   DrainBacklogs();
@@ -433,7 +446,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
       // Mesh link to this peer not learned yet: flood (the wrong receivers
       // drop it by MAC). Best effort, like any datagram.
       for (size_t p = 0; p < ports_.size(); ++p) {
-        if (!ports_[p]->started()) continue;
+        if (!ports_[p]->started() || link_lost_[p]) continue;
         rte_mbuf* m = BuildFrame(p, t, dst);
         if (!m) continue;
         if (!Enqueue(p, m)) rte_pktmbuf_free(m);
@@ -443,6 +456,10 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
       continue;
     }
     const size_t pi = static_cast<size_t>(port);
+    if (link_lost_[pi]) {  // the peer behind this link is gone: a lost datagram
+      ++done;
+      continue;
+    }
     if (tx_backlog_[pi].size() >= backlog_cap_) {
       DrainBacklog(pi);
       if (tx_backlog_[pi].size() >= backlog_cap_) {
@@ -468,6 +485,7 @@ size_t DpdkPacketIo::TxBurst(const TxDatagram* d, size_t n) {
   }
   const uint32_t after = backlog_frames_.load(std::memory_order_relaxed);
   if (after > 0 && after >= before) Count(c_.tx_deferred, after);
+  if (done && gate_) gate_->NoteTraffic();
   return done;
 }
 
@@ -476,7 +494,7 @@ void DpdkPacketIo::SendPrimers() {
   for (size_t p = 0; p < ports_.size(); ++p) {
     if (primers_left_[p] == 0) continue;
     left = true;
-    if (!ports_[p]->started()) continue;
+    if (!Usable(p)) continue;
     rte_mbuf* m[32];
     const unsigned n = std::min<unsigned>(32, primers_left_[p]);
     if (rte_pktmbuf_alloc_bulk(ports_[p]->pool(), m, n) != 0) continue;
@@ -504,7 +522,7 @@ void DpdkPacketIo::SendPrimers() {
 void DpdkPacketIo::SendHellos() {
   const auto now = std::chrono::steady_clock::now();
   for (size_t p = 0; p < ports_.size(); ++p) {
-    if (now < next_hello_[p] || !ports_[p]->started()) continue;
+    if (now < next_hello_[p] || !Usable(p)) continue;
     next_hello_[p] = now + (port_learned_[p] ? std::chrono::duration_cast<
                                                    std::chrono::steady_clock::duration>(kHelloSlow)
                                              : kHelloFast);
@@ -530,9 +548,13 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
     rx_held_.clear();
   }
   size_t linear_used = 0;
+  const dpdk::ControlGate::Pass pass = OpenGate();
+  if (gate_ && memif_open_) WatchLinks();
   DrainBacklogs();
   const auto now = std::chrono::steady_clock::now();
-  for (auto& p : ports_) p->Watchdog(now);
+  for (auto& p : ports_) {
+    if (memif_open_ || !p->is_memif()) p->Watchdog(now);
+  }
   if (ports_.size() > 1) SendHellos();
   if (priming_) SendPrimers();
   size_t got = 0;
@@ -541,7 +563,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   for (size_t k = 0; k < nports && got < max; ++k) {
     const size_t pi = (rx_next_port_ + k) % nports;
     const dpdk::OpenPort& port = *ports_[pi];
-    if (!port.started()) continue;
+    if (!Usable(pi)) continue;
     const uint16_t want = static_cast<uint16_t>(std::min(kBurst, max - got));
     const uint16_t nb = rte_eth_rx_burst(port.id(), 0, mbufs, want);
     if (nb) Count(c_.rx_frames, nb);
@@ -593,6 +615,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   }
   rx_next_port_ = (rx_next_port_ + 1) % nports;
   if (got) Count(c_.rx_delivered, got);
+  if (got && gate_) gate_->NoteTraffic();
   return got;
 }
 
@@ -617,6 +640,57 @@ void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
   }
 }
 
+dpdk::ControlGate::Pass DpdkPacketIo::OpenGate() {
+  dpdk::ControlGate::Pass pass;
+  if (gate_) pass = gate_->TryEnter();
+  memif_open_ = !gate_ || static_cast<bool>(pass);
+  return pass;
+}
+
+void DpdkPacketIo::WatchLinks() {
+  for (size_t pi = 0; pi < ports_.size(); ++pi) {
+    if (!ports_[pi]->is_memif() || !ports_[pi]->started()) continue;
+    rte_eth_link link{};
+    if (rte_eth_link_get_nowait(ports_[pi]->id(), &link) != 0) continue;
+    if (link.link_status == RTE_ETH_LINK_UP) {
+      link_up_[pi] = true;
+      link_lost_[pi] = false;
+      continue;
+    }
+    if (!link_up_[pi]) {
+      // Connecting: the PMD's handshake runs in the interrupt thread, one message per
+      // gate round at best; short rounds keep it well inside the client watchdog's
+      // restart interval.
+      gate_->NoteConnecting();
+      continue;
+    }
+    link_up_[pi] = false;
+    link_lost_[pi] = true;
+    Count(c_.links_lost);
+    // Frames still queued for the gone peer go nowhere.
+    TxBacklog& b = tx_backlog_[pi];
+    const uint32_t queued = b.size();
+    for (; b.head != b.tail; ++b.head) rte_pktmbuf_free(b.ring[b.head % kTxBacklogFrames]);
+    backlog_frames_.fetch_sub(queued, std::memory_order_relaxed);
+    for (size_t h = 0; h < peers_.size(); ++h) {
+      if (RoutePort(peers_[h]) == static_cast<int>(pi)) {  // one memif link, one peer
+        unreachable_.push_back(static_cast<PeerHandle>(h));
+      }
+    }
+  }
+}
+
+size_t DpdkPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
+  const size_t n = std::min(max, unreachable_.size());
+  std::copy(unreachable_.begin(), unreachable_.begin() + n, out);
+  unreachable_.erase(unreachable_.begin(), unreachable_.begin() + n);
+  return n;
+}
+
+std::string DpdkPacketIo::UnreachableCause() const {
+  return "its memif link went down (its process closed the link or is gone)";
+}
+
 bool DpdkPacketIo::ProtectsPayload() const {
   if (ports_.empty()) return false;
   for (const auto& port : ports_) {
@@ -632,7 +706,9 @@ void DpdkPacketIo::Wake() {
 }
 
 bool DpdkPacketIo::SendRawFrame(size_t index, const uint8_t* frame, size_t len) {
-  if (index >= ports_.size() || !ports_[index]->started()) return false;
+  if (index >= ports_.size()) return false;
+  const dpdk::ControlGate::Pass pass = OpenGate();
+  if (!Usable(index)) return false;
   rte_mbuf* m = rte_pktmbuf_alloc(ports_[index]->pool());
   if (!m) return false;
   uint8_t* f = reinterpret_cast<uint8_t*>(rte_pktmbuf_append(m, static_cast<uint16_t>(len)));
@@ -667,7 +743,8 @@ std::string DpdkPacketIo::CountersString() const {
                                c.tx_deferred, ", zero-copy ", c.tx_zero_copy,
                                ", linearized ", c.tx_linearized, "), rx ",
                                c.rx_frames, " delivered ", c.rx_delivered,
-                               ", hellos ", c.hellos_sent, "/", c.hellos_received);
+                               ", hellos ", c.hellos_sent, "/", c.hellos_received,
+                               ", memif links lost ", c.links_lost);
   for (const auto& p : ports_) {
     if (p->restarts()) absl::StrAppend(&s, ", ", p->name(), " restarts ", p->restarts());
   }

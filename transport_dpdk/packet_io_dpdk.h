@@ -19,6 +19,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "transport_dpdk/counter_list.h"
 #include "transport_dpdk/dpdk_attr.h"
+#include "transport_dpdk/dpdk_control_gate.h"
 #include "transport_dpdk/dpdk_frame.h"
 #include "transport_dpdk/dpdk_port.h"
 #include "transport_dpdk/packet_io.h"
@@ -36,7 +37,8 @@ struct rte_mbuf;
   X(tx_flooded)      /* datagrams sent on every mesh port */                \
   X(rx_frames)       /* frames received (all kinds) */                      \
   X(rx_delivered)    /* datagrams handed to the engine */                   \
-  X(hellos_sent) X(hellos_received)
+  X(hellos_sent) X(hellos_received)                                   \
+  X(links_lost)      /* memif links seen going down after being up */
 
 namespace optireduce {
 namespace transport {
@@ -60,6 +62,13 @@ class DpdkPacketIo : public PacketIo {
   // Host shared-memory ports (net_memif, net_ring) only: frames on a wire or
   // through a kernel interface carry no UDP checksum of ours.
   bool ProtectsPayload() const override;
+  // Peers behind a memif link that went down after it was up: the peer's
+  // process closed the link or is gone (the PMD saw its control socket close).
+  // A single shared port (NIC, af_packet) reports nothing: its link going down
+  // says nothing about one peer, and a flap must not fail a job (Gloo's TCP
+  // survives one); the engine's probes judge those peers.
+  size_t TakeUnreachable(PeerHandle* out, size_t max) override;
+  std::string UnreachableCause() const override;
 
   struct Counters {
     OPTIREDUCE_DPDK_IO_COUNTERS(OPTIREDUCE_COUNTER_FIELD)
@@ -149,6 +158,23 @@ class DpdkPacketIo : public PacketIo {
   // Queues a built frame on port `pi` (drains first when full); false if
   // the backlog stays full (the frame is not taken).
   bool Enqueue(size_t pi, rte_mbuf* m);
+  // memif ports are used only while this process's EAL interrupt thread is held
+  // in the control gate (dpdk_control_gate.h): the PMD tears a link down there.
+  // Null when no port is a memif.
+  dpdk::ControlGate* gate_ = nullptr;
+  bool memif_open_ = false;  // this call holds a gate pass (or there is no gate)
+  bool Usable(size_t pi) const {
+    return ports_[pi]->started() && !link_lost_[pi] && (memif_open_ || !ports_[pi]->is_memif());
+  }
+  // Opens the gate for one datapath call (TxBurst, RxBurst, SendRawFrame).
+  dpdk::ControlGate::Pass OpenGate();
+  // Per memif port: its link was up / went down since (the peer is gone). A
+  // memif client port that its watchdog brings up again counts as up again.
+  std::vector<bool> link_up_, link_lost_;
+  std::vector<PeerHandle> unreachable_;  // for TakeUnreachable
+  // Notes memif links that went down (under the gate): their peers become
+  // unreachable and the frames queued for them are dropped.
+  void WatchLinks();
   std::vector<std::vector<uint8_t>> rx_linear_;  // multi-segment frames
   size_t rx_next_port_ = 0;
 

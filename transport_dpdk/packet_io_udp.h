@@ -36,6 +36,9 @@ class UdpPacketIo : public PacketIo {
   bool ProtectsPayload() const override { return true; }
   // ICMP port-unreachable reports (IP_RECVERR error queue) mapped to peers.
   size_t TakeUnreachable(PeerHandle* out, size_t max) override;
+  std::string UnreachableCause() const override {
+    return "its address reported ICMP port unreachable (its socket is closed)";
+  }
 
   // The kernel's actual receive buffer size (after doubling).
   size_t ReceiveBufferBytes() const { return rcvbuf_bytes_; }

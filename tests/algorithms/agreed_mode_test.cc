@@ -396,6 +396,40 @@ TEST(AgreedMode, ADeadPeerReportedByTheTransportIsAnErrorNamingIt) {
   }, Loop());
 }
 
+// The operation's own deadline passes while a calibrating rank waits for its peers'
+// fingerprints (polled in slices, which never fail the context by themselves): the
+// allreduce raises, and the context is failed as a Gloo wait timeout fails it, so the next
+// operation on it raises too instead of running on a context with a receive still posted.
+TEST(AgreedMode, TheAllreduceDeadlineFailsTheContextLikeAGlooWaitTimeout) {
+  testing::RunThreads(2, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    if (ctx->rank == 0) {
+      std::vector<float> data(1 << 10, 1.0f);
+      AllreduceOptions opts(ctx);
+      opts.setOutput(data.data(), data.size());
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setMode(AllreduceOptions::Mode::kBounded);
+      opts.setTimeoutPolicy(RankPolicy());
+      opts.setTimeout(std::chrono::milliseconds(200));
+      try {
+        allreduce(opts);  // rank 1 never joins it
+        ADD_FAILURE() << "allreduce without its peer returned";
+      } catch (const gloo::IoException& e) {
+        EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+      }
+    }
+    // Rank 1 joins this barrier at once, rank 0 after its allreduce gave up: without the
+    // context failure both complete it.
+    try {
+      Barrier(ctx, 80);
+      EXPECT_NE(ctx->rank, 0) << "rank 0's context still works after its allreduce timed out";
+    } catch (const gloo::IoException& e) {
+      if (ctx->rank == 0) {
+        EXPECT_NE(std::string(e.what()).find("timed out"), std::string::npos) << e.what();
+      }
+    }
+  }, Loop());
+}
+
 // A channel whose Send to one peer throws, recording what is released.
 class ThrowingChannel : public BoundedChannel {
  public:

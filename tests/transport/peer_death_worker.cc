@@ -3,7 +3,8 @@
 // dies at its point and the survivors must raise gloo::IoException.
 //
 //   peer_death_worker --rank=R --size=N --store=DIR --info=DIR --victim=V
-//                     --device=udp|tcp|dpdk --op=allreduce|optireduce|broadcast|barrier|sendrecv|recv_any|idle
+//                     --device=udp|tcp|dpdk
+//                     --op=allreduce|optireduce|broadcast|barrier|sendrecv|recv_any|buffer_recv|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
 //
@@ -164,6 +165,36 @@ std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& c
     ub->waitRecv();
     return v == i ? "" : "recv-from-any answer wrong";
   }
+  if (op == "buffer_recv") {
+    // Old-style Buffers, as Gloo's algorithm classes use them (made once, reused): the
+    // victim sends one value to every other rank per collective, and they only wait in
+    // Buffer::waitRecv (nothing of theirs is in flight to it).
+    const int sender = std::stoi(g_args["victim"]);
+    constexpr uint64_t kBufferSlot = 77;
+    static std::vector<int32_t> values(n, -1);
+    static std::vector<std::unique_ptr<gloo::transport::Buffer>> bufs(n);
+    if (r == sender) {
+      for (int k = 0; k < n; ++k) {
+        if (k == r) continue;
+        if (!bufs[k]) {
+          bufs[k] = ctx->getPair(k)->createSendBuffer(kBufferSlot, &values[k], sizeof(int32_t));
+        }
+        values[k] = i;
+        bufs[k]->send();
+      }
+      for (int k = 0; k < n; ++k) {
+        if (k != r) bufs[k]->waitSend();
+      }
+      return "";
+    }
+    if (!bufs[sender]) {
+      bufs[sender] =
+          ctx->getPair(sender)->createRecvBuffer(kBufferSlot, &values[sender], sizeof(int32_t));
+    }
+    bufs[sender]->waitRecv();
+    // The sender may already have sent the next value into the same buffer.
+    return values[sender] >= i ? "" : "old-style buffer recv gave wrong data";
+  }
   return "unknown op " + op;
 }
 
@@ -283,6 +314,14 @@ int main(int argc, char** argv) {
         }
         WriteFile("message." + std::to_string(rank), e.what());
         WriteFile("failed." + std::to_string(rank), std::to_string(now) + "\n");
+        // Stay until every survivor has raised: this process's exit takes its links down
+        // (memif), and a survivor still judging the dead rank would see that first.
+        for (int r = 0; r < size; ++r) {
+          const std::string path = g_args["info"] + "/failed." + std::to_string(r);
+          for (int k = 0; r != victim && k < 30000 && access(path.c_str(), F_OK) != 0; ++k) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+        }
         return 0;
       }
       if (!err.empty()) {
