@@ -84,8 +84,14 @@ Errors Compare(const std::vector<float>& got, const std::vector<double>& want) {
   return {std::sqrt(num / den), max_abs};
 }
 
-std::shared_ptr<TimeoutPolicy> TestPolicy() {
+std::shared_ptr<TimeoutPolicy> TestPolicy(bool long_quiet = false) {
   TimeoutOptions o;
+  if (long_quiet) {
+    // The early timeout's quiet period far above a loaded host's descheduling: a test of
+    // something else (page faults) must not see a late shard cut by it.
+    o.early_quiet_fraction = 0.5;
+    o.max_quiet = std::chrono::milliseconds(100);
+  }
   o.calibration_ops = 2;
   // Threads on 2 shared cores: keep bounds far above scheduling noise.
   o.min_bound = std::chrono::milliseconds(150);
@@ -402,7 +408,7 @@ TEST(BoundedTranspose, FirstBoundedOperationFindsItsScratchFaultedIn) {
   constexpr long kScratchPages = (kBig * 3 / 4) * 2 * sizeof(float) / 4096;
   InMemoryBoundedHub hub(kRanks, 0.0, 5);
   RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-    auto policy = TestPolicy();
+    auto policy = TestPolicy(/*long_quiet=*/true);
     std::vector<float> data(kBig);
     long faults[4] = {};
     for (int step = 0; step < 4; step++) {
