@@ -7,6 +7,10 @@
 // the port reaching a peer is learned from the source MAC of frames received
 // on it (link hellos speed that up) and frames to a peer not yet learned are
 // flooded on every port (the wrong receivers drop them by MAC).
+//
+// Methods by job: packet_io_dpdk.cc (setup, addresses, counters),
+// packet_io_dpdk_tx.cc (frames out, TX backlog), packet_io_dpdk_rx.cc (frames in,
+// waiting for input), packet_io_dpdk_links.cc (mesh routes, hellos, memif links).
 #pragma once
 
 #include <sys/types.h>
