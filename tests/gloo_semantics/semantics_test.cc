@@ -1,8 +1,15 @@
 // Side by side with Gloo's TCP transport: every case runs on Gloo's TCP
-// device and on ours (udp, loop), through the Gloo API users call, and the
+// device and on ours (udp, loop, and with OPTIREDUCE_TEST_DPDK the dpdk
+// device over a net_ring mesh), through the Gloo API users call, and the
 // outcomes (values seen, or the type of exception thrown) must be the same.
 // The expected outcome is also spelled out, so a change in either transport
 // shows up here.
+//
+// The dpdk ranks are threads of this process over net_ring ports, on the one
+// EAL of the process (CreateRingMesh initialises it with DefaultEalArgs on
+// first use: no hugepages). A process has at most RTE_MAX_ETHPORTS ports, so
+// one mesh per rank count is created and reused by every case; each case
+// still opens new devices on it (ports are released when a device goes).
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -15,11 +22,17 @@
 #include <cstring>
 #include <functional>
 #include <future>
+#include <map>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "transport_dpdk/device.h"
+#ifdef OPTIREDUCE_TEST_DPDK
+#include "transport_dpdk/dpdk_device.h"
+#endif
 
 namespace optireduce {
 namespace testing {
@@ -32,7 +45,34 @@ using std::chrono::milliseconds;
 // processes using it (torch does too) ignore SIGPIPE.
 const bool kSigpipeIgnored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
 
-std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& kind) {
+#ifdef OPTIREDUCE_TEST_DPDK
+// The net_ring ports of endpoint `rank` of this process's mesh for `size`
+// ranks (created on first use; throws if DPDK refuses).
+std::vector<std::string> RingPorts(int size, int rank) {
+  static std::mutex mu;
+  static std::map<int, std::vector<std::vector<std::string>>> meshes;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = meshes.find(size);
+  if (it == meshes.end()) {
+    auto mesh = transport::dpdk::CreateRingMesh("sem" + std::to_string(size), size);
+    if (!mesh.ok()) throw std::runtime_error("CreateRingMesh: " + mesh.status().ToString());
+    it = meshes.emplace(size, *std::move(mesh)).first;
+  }
+  return it->second.at(rank);
+}
+#endif
+
+// A new device of `kind` for rank `rank` of `size` (only dpdk needs them:
+// it opens that rank's end of the ring mesh).
+std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& kind, int rank = 0,
+                                                    int size = 2) {
+#ifdef OPTIREDUCE_TEST_DPDK
+  if (kind == "dpdk") {
+    transport::dpdk::attr a;
+    a.ports = RingPorts(size, rank);
+    return transport::dpdk::CreateDevice(a);
+  }
+#endif
   if (kind == "tcp") {
     gloo::transport::tcp::attr a;
     a.hostname = "127.0.0.1";
@@ -91,7 +131,7 @@ std::string RunCase(const std::string& kind, int size, const CaseBody& body,
       out[r] = Outcome([&] {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(r, size);
         ctx->setTimeout(timeout);
-        auto dev = MakeDevice(kind);
+        auto dev = MakeDevice(kind, r, size);
         ctx->connectFullMesh(store, dev);
         return body(ctx, signals);
       });
@@ -382,9 +422,18 @@ std::vector<std::string> CaseNames() {
   return n;
 }
 
+// Our devices compared with Gloo's TCP device.
+std::vector<std::string> OurKinds() {
+  std::vector<std::string> k = {"udp", "loop"};
+#ifdef OPTIREDUCE_TEST_DPDK
+  k.push_back("dpdk");
+#endif
+  return k;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, Semantics,
-    ::testing::Combine(::testing::ValuesIn(CaseNames()), ::testing::Values("udp", "loop")),
+    ::testing::Combine(::testing::ValuesIn(CaseNames()), ::testing::ValuesIn(OurKinds())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // Connecting to an address nobody answers at (its device is gone) is an
@@ -393,12 +442,12 @@ std::string ConnectDead(const std::string& kind) {
   return Outcome([&] {
     std::vector<char> dead;
     {
-      auto dev = MakeDevice(kind);
+      auto dev = MakeDevice(kind, 1);
       auto ctx = dev->createContext(1, 2);
       auto& pair = ctx->createPair(0);
       dead = pair->address().bytes();
     }
-    auto dev = MakeDevice(kind);
+    auto dev = MakeDevice(kind, 0);
     auto ctx = dev->createContext(0, 2);
     ctx->setTimeout(milliseconds(300));
     auto& pair = ctx->createPair(1);
@@ -410,11 +459,11 @@ std::string ConnectDead(const std::string& kind) {
 // Connecting to a live pair whose owner never connects back (another job's,
 // or a rank that is stuck) fails within the timeout too.
 std::string ConnectUnanswered(const std::string& kind) {
-  auto other_dev = MakeDevice(kind);
+  auto other_dev = MakeDevice(kind, 1);
   auto other_ctx = other_dev->createContext(1, 2);
   auto& other_pair = other_ctx->createPair(0);
   return Outcome([&] {
-    auto dev = MakeDevice(kind);
+    auto dev = MakeDevice(kind, 0);
     auto ctx = dev->createContext(0, 2);
     ctx->setTimeout(milliseconds(300));
     auto& pair = ctx->createPair(1);
@@ -437,6 +486,20 @@ TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {
   EXPECT_EQ(ConnectDead("udp"), tcp);
   EXPECT_EQ(ConnectDead("loop"), tcp);
 }
+
+#ifdef OPTIREDUCE_TEST_DPDK
+// Over net_ring the dead address is a ring endpoint whose device is gone:
+// frames sent to it are never read, as for a process that is gone.
+TEST(SemanticsConnect, DeadAddressFailsLikeTcpOnDpdk) {
+  const std::string tcp = ConnectDead("tcp");
+  EXPECT_EQ(tcp, "throws IoException");
+  EXPECT_EQ(ConnectDead("dpdk"), tcp);
+}
+
+TEST(SemanticsConnect, UnansweredAddressFailsOnDpdk) {
+  EXPECT_EQ(ConnectUnanswered("dpdk"), "throws IoException");
+}
+#endif
 
 }  // namespace
 }  // namespace testing
