@@ -114,6 +114,14 @@ struct Signals {
   void Wait(int i) { f[i].wait(); }
 };
 
+// Sets signal i when it goes out of scope, also when the rank throws: a
+// rank waiting for it never waits longer than the other rank runs.
+struct SetOnExit {
+  Signals& s;
+  int i;
+  ~SetOnExit() { s.Set(i); }
+};
+
 using CaseBody = std::function<std::string(const Ctx&, Signals&)>;
 
 // Runs body on `size` ranks (threads) over devices of `kind` (the context
@@ -146,15 +154,20 @@ std::string RunCase(const std::string& kind, int size, const CaseBody& body,
 // Cases. Each returns a description of what the rank observed.
 
 // torch.distributed.recv without src passes every rank of the group, its
-// own included: a recv-from-any whose set names the receiver.
-std::string RecvAnyIncludingSelf(const Ctx& c, Signals&) {
+// own included: a recv-from-any whose set names the receiver. The senders
+// stay until the receiver has both messages: a sender that left closes its
+// pair, and Gloo's TCP transport then fails the receiver's wait for the other
+// sender's message.
+std::string RecvAnyIncludingSelf(const Ctx& c, Signals& s) {
   int v = c->rank == 1 ? -1 : 100 + c->rank;
   auto buf = c->createUnboundBuffer(&v, sizeof(v));
   if (c->rank != 1) {
     buf->send(1, 7);
     buf->waitSend();
+    s.Wait(0);
     return "sent";
   }
+  SetOnExit done{s, 0};
   std::vector<int> all;
   for (int r = 0; r < c->size; ++r) all.push_back(r);
   int sum = 0, src_sum = 0;
@@ -227,11 +240,20 @@ std::string AbortAfterCompletion(const Ctx& c, Signals&) {
 }
 
 // abortWaitSend with no send pending: the wait returns false.
-std::string AbortSendNothingPending(const Ctx& c, Signals&) {
-  int v = 0;
-  auto buf = c->createUnboundBuffer(&v, sizeof(v));
-  buf->abortWaitSend();
-  return buf->waitSend() ? "true" : "false";
+// Both ranks stay until both have waited: a rank that left closes its pairs,
+// and Gloo's TCP transport then fails the other rank's wait with an
+// IoException (a peer gone) instead of reporting the abort.
+std::string AbortSendNothingPending(const Ctx& c, Signals& s) {
+  bool completed = false;
+  {
+    SetOnExit done{s, c->rank};
+    int v = 0;
+    auto buf = c->createUnboundBuffer(&v, sizeof(v));
+    buf->abortWaitSend();
+    completed = buf->waitSend();
+  }
+  s.Wait(1 - c->rank);
+  return completed ? "true" : "false";
 }
 
 // A recv times out; a second recv on the same slot, into another buffer,
