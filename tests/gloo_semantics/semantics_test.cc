@@ -18,6 +18,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <functional>
@@ -105,13 +106,42 @@ std::string Outcome(const std::function<std::string()>& f) {
 }
 
 // Shared between the rank threads of one case: one-shot signals, so a rank
-// can wait for another to reach a point (no sleeps).
+// can wait for another to reach a point (no sleeps). A wait is bounded: a
+// rank that never reaches the point (it threw first) makes the waiter throw
+// instead of hanging the test.
 struct Signals {
   std::promise<void> p[4];
   std::shared_future<void> f[4] = {p[0].get_future().share(), p[1].get_future().share(),
                                    p[2].get_future().share(), p[3].get_future().share()};
   void Set(int i) { p[i].set_value(); }
-  void Wait(int i) { f[i].wait(); }
+  void Wait(int i) {
+    if (f[i].wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      throw std::runtime_error("signal " + std::to_string(i) + " not set within 30 s");
+    }
+  }
+};
+
+// The bodies of a case start once every rank has connected, and none starts
+// when a rank failed to connect: a body that closes its pairs at once (some
+// cases do) cannot break a peer still inside connectFullMesh, and no body
+// waits for a rank that never runs.
+class ConnectGate {
+ public:
+  explicit ConnectGate(int size) : left_(size) {}
+  // Reports this rank's connect result; true once every rank connected.
+  bool Arrive(bool connected) {
+    std::unique_lock<std::mutex> lock(mu_);
+    all_connected_ = all_connected_ && connected;
+    if (--left_ == 0) cv_.notify_all();
+    cv_.wait(lock, [&] { return left_ == 0; });
+    return all_connected_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+  bool all_connected_ = true;
 };
 
 // Sets signal i when it goes out of scope, also when the rank throws: a
@@ -132,15 +162,22 @@ std::string RunCase(const std::string& kind, int size, const CaseBody& body,
                     const std::vector<int>& report, milliseconds timeout = milliseconds(30000)) {
   gloo::rendezvous::HashStore store;
   Signals signals;
+  ConnectGate gate(size);
   std::vector<std::string> out(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       out[r] = Outcome([&] {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(r, size);
-        ctx->setTimeout(timeout);
-        auto dev = MakeDevice(kind, r, size);
-        ctx->connectFullMesh(store, dev);
+        try {
+          ctx->setTimeout(timeout);
+          auto dev = MakeDevice(kind, r, size);
+          ctx->connectFullMesh(store, dev);
+        } catch (...) {
+          gate.Arrive(false);
+          throw;
+        }
+        if (!gate.Arrive(true)) throw std::runtime_error("another rank failed to connect");
         return body(ctx, signals);
       });
     });
