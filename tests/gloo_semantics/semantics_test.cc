@@ -1,8 +1,15 @@
 // Side by side with Gloo's TCP transport: every case runs on Gloo's TCP
-// device and on ours (udp, loop), through the Gloo API users call, and the
+// device and on ours (udp, loop, and with OPTIREDUCE_TEST_DPDK the dpdk
+// device over a net_ring mesh), through the Gloo API users call, and the
 // outcomes (values seen, or the type of exception thrown) must be the same.
 // The expected outcome is also spelled out, so a change in either transport
 // shows up here.
+//
+// The dpdk ranks are threads of this process over net_ring ports, on the one
+// EAL of the process (CreateRingMesh initialises it with DefaultEalArgs on
+// first use: no hugepages). A process has at most RTE_MAX_ETHPORTS ports, so
+// one mesh per rank count is created and reused by every case; each case
+// still opens new devices on it (ports are released when a device goes).
 #include <gloo/broadcast.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
@@ -11,15 +18,22 @@
 #include <gloo/transport/tcp/device.h>
 #include <gtest/gtest.h>
 
+#include <condition_variable>
 #include <csignal>
 #include <cstring>
 #include <functional>
 #include <future>
+#include <map>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "transport_dpdk/device.h"
+#ifdef OPTIREDUCE_TEST_DPDK
+#include "transport_dpdk/dpdk_device.h"
+#endif
 
 namespace optireduce {
 namespace testing {
@@ -32,7 +46,34 @@ using std::chrono::milliseconds;
 // processes using it (torch does too) ignore SIGPIPE.
 const bool kSigpipeIgnored = [] { return signal(SIGPIPE, SIG_IGN) != SIG_ERR; }();
 
-std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& kind) {
+#ifdef OPTIREDUCE_TEST_DPDK
+// The net_ring ports of endpoint `rank` of this process's mesh for `size`
+// ranks (created on first use; throws if DPDK refuses).
+std::vector<std::string> RingPorts(int size, int rank) {
+  static std::mutex mu;
+  static std::map<int, std::vector<std::vector<std::string>>> meshes;
+  std::lock_guard<std::mutex> lock(mu);
+  auto it = meshes.find(size);
+  if (it == meshes.end()) {
+    auto mesh = transport::dpdk::CreateRingMesh("sem" + std::to_string(size), size);
+    if (!mesh.ok()) throw std::runtime_error("CreateRingMesh: " + mesh.status().ToString());
+    it = meshes.emplace(size, *std::move(mesh)).first;
+  }
+  return it->second.at(rank);
+}
+#endif
+
+// A new device of `kind` for rank `rank` of `size` (only dpdk needs them:
+// it opens that rank's end of the ring mesh).
+std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& kind, int rank = 0,
+                                                    int size = 2) {
+#ifdef OPTIREDUCE_TEST_DPDK
+  if (kind == "dpdk") {
+    transport::dpdk::attr a;
+    a.ports = RingPorts(size, rank);
+    return transport::dpdk::CreateDevice(a);
+  }
+#endif
   if (kind == "tcp") {
     gloo::transport::tcp::attr a;
     a.hostname = "127.0.0.1";
@@ -65,13 +106,50 @@ std::string Outcome(const std::function<std::string()>& f) {
 }
 
 // Shared between the rank threads of one case: one-shot signals, so a rank
-// can wait for another to reach a point (no sleeps).
+// can wait for another to reach a point (no sleeps). A wait is bounded: a
+// rank that never reaches the point (it threw first) makes the waiter throw
+// instead of hanging the test.
 struct Signals {
   std::promise<void> p[4];
   std::shared_future<void> f[4] = {p[0].get_future().share(), p[1].get_future().share(),
                                    p[2].get_future().share(), p[3].get_future().share()};
   void Set(int i) { p[i].set_value(); }
-  void Wait(int i) { f[i].wait(); }
+  void Wait(int i) {
+    if (f[i].wait_for(std::chrono::seconds(30)) != std::future_status::ready) {
+      throw std::runtime_error("signal " + std::to_string(i) + " not set within 30 s");
+    }
+  }
+};
+
+// The bodies of a case start once every rank has connected, and none starts
+// when a rank failed to connect: a body that closes its pairs at once (some
+// cases do) cannot break a peer still inside connectFullMesh, and no body
+// waits for a rank that never runs.
+class ConnectGate {
+ public:
+  explicit ConnectGate(int size) : left_(size) {}
+  // Reports this rank's connect result; true once every rank connected.
+  bool Arrive(bool connected) {
+    std::unique_lock<std::mutex> lock(mu_);
+    all_connected_ = all_connected_ && connected;
+    if (--left_ == 0) cv_.notify_all();
+    cv_.wait(lock, [&] { return left_ == 0; });
+    return all_connected_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int left_;
+  bool all_connected_ = true;
+};
+
+// Sets signal i when it goes out of scope, also when the rank throws: a
+// rank waiting for it never waits longer than the other rank runs.
+struct SetOnExit {
+  Signals& s;
+  int i;
+  ~SetOnExit() { s.Set(i); }
 };
 
 using CaseBody = std::function<std::string(const Ctx&, Signals&)>;
@@ -84,15 +162,22 @@ std::string RunCase(const std::string& kind, int size, const CaseBody& body,
                     const std::vector<int>& report, milliseconds timeout = milliseconds(30000)) {
   gloo::rendezvous::HashStore store;
   Signals signals;
+  ConnectGate gate(size);
   std::vector<std::string> out(size);
   std::vector<std::thread> threads;
   for (int r = 0; r < size; ++r) {
     threads.emplace_back([&, r] {
       out[r] = Outcome([&] {
         auto ctx = std::make_shared<gloo::rendezvous::Context>(r, size);
-        ctx->setTimeout(timeout);
-        auto dev = MakeDevice(kind);
-        ctx->connectFullMesh(store, dev);
+        try {
+          ctx->setTimeout(timeout);
+          auto dev = MakeDevice(kind, r, size);
+          ctx->connectFullMesh(store, dev);
+        } catch (...) {
+          gate.Arrive(false);
+          throw;
+        }
+        if (!gate.Arrive(true)) throw std::runtime_error("another rank failed to connect");
         return body(ctx, signals);
       });
     });
@@ -106,15 +191,20 @@ std::string RunCase(const std::string& kind, int size, const CaseBody& body,
 // Cases. Each returns a description of what the rank observed.
 
 // torch.distributed.recv without src passes every rank of the group, its
-// own included: a recv-from-any whose set names the receiver.
-std::string RecvAnyIncludingSelf(const Ctx& c, Signals&) {
+// own included: a recv-from-any whose set names the receiver. The senders
+// stay until the receiver has both messages: a sender that left closes its
+// pair, and Gloo's TCP transport then fails the receiver's wait for the other
+// sender's message.
+std::string RecvAnyIncludingSelf(const Ctx& c, Signals& s) {
   int v = c->rank == 1 ? -1 : 100 + c->rank;
   auto buf = c->createUnboundBuffer(&v, sizeof(v));
   if (c->rank != 1) {
     buf->send(1, 7);
     buf->waitSend();
+    s.Wait(0);
     return "sent";
   }
+  SetOnExit done{s, 0};
   std::vector<int> all;
   for (int r = 0; r < c->size; ++r) all.push_back(r);
   int sum = 0, src_sum = 0;
@@ -187,11 +277,20 @@ std::string AbortAfterCompletion(const Ctx& c, Signals&) {
 }
 
 // abortWaitSend with no send pending: the wait returns false.
-std::string AbortSendNothingPending(const Ctx& c, Signals&) {
-  int v = 0;
-  auto buf = c->createUnboundBuffer(&v, sizeof(v));
-  buf->abortWaitSend();
-  return buf->waitSend() ? "true" : "false";
+// Both ranks stay until both have waited: a rank that left closes its pairs,
+// and Gloo's TCP transport then fails the other rank's wait with an
+// IoException (a peer gone) instead of reporting the abort.
+std::string AbortSendNothingPending(const Ctx& c, Signals& s) {
+  bool completed = false;
+  {
+    SetOnExit done{s, c->rank};
+    int v = 0;
+    auto buf = c->createUnboundBuffer(&v, sizeof(v));
+    buf->abortWaitSend();
+    completed = buf->waitSend();
+  }
+  s.Wait(1 - c->rank);
+  return completed ? "true" : "false";
 }
 
 // A recv times out; a second recv on the same slot, into another buffer,
@@ -382,9 +481,18 @@ std::vector<std::string> CaseNames() {
   return n;
 }
 
+// Our devices compared with Gloo's TCP device.
+std::vector<std::string> OurKinds() {
+  std::vector<std::string> k = {"udp", "loop"};
+#ifdef OPTIREDUCE_TEST_DPDK
+  k.push_back("dpdk");
+#endif
+  return k;
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Cases, Semantics,
-    ::testing::Combine(::testing::ValuesIn(CaseNames()), ::testing::Values("udp", "loop")),
+    ::testing::Combine(::testing::ValuesIn(CaseNames()), ::testing::ValuesIn(OurKinds())),
     [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // Connecting to an address nobody answers at (its device is gone) is an
@@ -393,12 +501,12 @@ std::string ConnectDead(const std::string& kind) {
   return Outcome([&] {
     std::vector<char> dead;
     {
-      auto dev = MakeDevice(kind);
+      auto dev = MakeDevice(kind, 1);
       auto ctx = dev->createContext(1, 2);
       auto& pair = ctx->createPair(0);
       dead = pair->address().bytes();
     }
-    auto dev = MakeDevice(kind);
+    auto dev = MakeDevice(kind, 0);
     auto ctx = dev->createContext(0, 2);
     ctx->setTimeout(milliseconds(300));
     auto& pair = ctx->createPair(1);
@@ -410,11 +518,11 @@ std::string ConnectDead(const std::string& kind) {
 // Connecting to a live pair whose owner never connects back (another job's,
 // or a rank that is stuck) fails within the timeout too.
 std::string ConnectUnanswered(const std::string& kind) {
-  auto other_dev = MakeDevice(kind);
+  auto other_dev = MakeDevice(kind, 1);
   auto other_ctx = other_dev->createContext(1, 2);
   auto& other_pair = other_ctx->createPair(0);
   return Outcome([&] {
-    auto dev = MakeDevice(kind);
+    auto dev = MakeDevice(kind, 0);
     auto ctx = dev->createContext(0, 2);
     ctx->setTimeout(milliseconds(300));
     auto& pair = ctx->createPair(1);
@@ -437,6 +545,20 @@ TEST(SemanticsConnect, DeadAddressFailsLikeTcp) {
   EXPECT_EQ(ConnectDead("udp"), tcp);
   EXPECT_EQ(ConnectDead("loop"), tcp);
 }
+
+#ifdef OPTIREDUCE_TEST_DPDK
+// Over net_ring the dead address is a ring endpoint whose device is gone:
+// frames sent to it are never read, as for a process that is gone.
+TEST(SemanticsConnect, DeadAddressFailsLikeTcpOnDpdk) {
+  const std::string tcp = ConnectDead("tcp");
+  EXPECT_EQ(tcp, "throws IoException");
+  EXPECT_EQ(ConnectDead("dpdk"), tcp);
+}
+
+TEST(SemanticsConnect, UnansweredAddressFailsOnDpdk) {
+  EXPECT_EQ(ConnectUnanswered("dpdk"), "throws IoException");
+}
+#endif
 
 }  // namespace
 }  // namespace testing
