@@ -260,6 +260,19 @@ std::string DeviceStats(const std::shared_ptr<optireduce::transport::Device>& d)
   return d->stats().ToString();
 }
 
+// The OptiReduce-mode policy of a worker: calibration operations, lowest bound, hard cap and
+// the early timeout's longest quiet period.
+std::shared_ptr<TimeoutPolicy> MakePolicy(int calibration_ops, std::chrono::milliseconds min_bound,
+                                          std::chrono::milliseconds hard_cap,
+                                          std::chrono::milliseconds max_quiet) {
+  TimeoutOptions topts;
+  topts.calibration_ops = calibration_ops;
+  topts.min_bound = min_bound;
+  topts.hard_cap = hard_cap;
+  topts.max_quiet = max_quiet;
+  return std::make_shared<TimeoutPolicy>(topts);
+}
+
 // ---- soak ------------------------------------------------------------------------------
 
 int Soak(int size) {
@@ -271,12 +284,8 @@ int Soak(int size) {
   auto ctx = Connect(g_args["store"], device, size, std::chrono::milliseconds(30000));
   const Gradients grads(g_rank, size);
 
-  TimeoutOptions topts;
-  topts.calibration_ops = 5;
-  topts.min_bound = std::chrono::milliseconds(20);
-  topts.hard_cap = std::chrono::seconds(2);
-  topts.max_quiet = std::chrono::milliseconds(20);
-  auto policy = std::make_shared<TimeoutPolicy>(topts);
+  auto policy = MakePolicy(5, std::chrono::milliseconds(20), std::chrono::seconds(2),
+                           std::chrono::milliseconds(20));
 
   constexpr uint64_t kWarmOps = 300;
   const size_t tar_sizes[] = {1, 4097, 65536};
@@ -511,12 +520,8 @@ int PeerFail(int size) {
   auto device = MakeDevice();
   auto ctx = Connect(g_args["store"], device, size, timeout);
   const Gradients grads(g_rank, size);
-  TimeoutOptions topts;
-  topts.calibration_ops = 2;
-  topts.min_bound = std::chrono::milliseconds(300);
-  topts.hard_cap = std::chrono::seconds(1);
-  topts.max_quiet = std::chrono::milliseconds(100);
-  auto policy = std::make_shared<TimeoutPolicy>(topts);
+  auto policy = MakePolicy(2, std::chrono::milliseconds(300), std::chrono::seconds(1),
+                           std::chrono::milliseconds(100));
   // max_loss 0 in the repair case: every loss asks for a repair (faults are on).
   const double max_loss = at == KillAt::kRepair ? 0.0 : 0.05;
 
@@ -649,12 +654,8 @@ int LatePeer(int size) {
   auto device = MakeDevice();
   auto ctx = Connect(g_args["store"], device, size, std::chrono::milliseconds(30000));
   const Gradients grads(g_rank, size);
-  TimeoutOptions topts;
-  topts.calibration_ops = 2;
-  topts.min_bound = std::chrono::milliseconds(300);
-  topts.hard_cap = std::chrono::seconds(1);
-  topts.max_quiet = std::chrono::milliseconds(100);
-  auto policy = std::make_shared<TimeoutPolicy>(topts);
+  auto policy = MakePolicy(2, std::chrono::milliseconds(300), std::chrono::seconds(1),
+                           std::chrono::milliseconds(100));
   gloo::BarrierOptions barrier(ctx);
   barrier.setTag(9);
   double bound_ms = 0;
