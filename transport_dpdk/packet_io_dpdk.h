@@ -175,6 +175,10 @@ class DpdkPacketIo : public PacketIo {
   // Per memif port: its link was up / went down since (the peer is gone). A
   // memif client port that its watchdog brings up again counts as up again.
   std::vector<bool> link_up_, link_lost_;
+  // When the device was made, and how long after it a memif link that is still connecting
+  // gets the control gate's short rounds (WatchLinks).
+  std::chrono::steady_clock::time_point created_ = std::chrono::steady_clock::now();
+  static constexpr std::chrono::seconds kConnectBoostFor{30};
   std::vector<PeerHandle> unreachable_;  // for TakeUnreachable
   // Notes memif links that went down (under the gate): their peers become
   // unreachable and the frames queued for them are dropped.

@@ -103,8 +103,12 @@ void DpdkPacketIo::WatchLinks() {
     if (!link_up_[pi]) {
       // Connecting: the PMD's handshake runs in the interrupt thread, one message per
       // gate round at best; short rounds keep it well inside the client watchdog's
-      // restart interval.
-      gate_->NoteConnecting();
+      // restart interval. Only for a link that never came up and for a while after the
+      // device started: a lost link's peer is gone, and a peer that never answers must
+      // not keep the interrupt thread waking every round (idle CPU).
+      if (!link_lost_[pi] && std::chrono::steady_clock::now() - created_ < kConnectBoostFor) {
+        gate_->NoteConnecting();
+      }
       continue;
     }
     link_up_[pi] = false;

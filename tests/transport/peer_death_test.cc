@@ -99,6 +99,48 @@ TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
   }
 }
 
+// A device with one live and one dead (killed) peer and nothing posted stays nearly idle:
+// its process uses under 5% of a core (CPU time over 2 s, measured by the survivors), so a
+// job that lost a rank does not burn the cores of the ranks that remain.
+class PeerDeathIdle : public PeerDeath {};
+
+TEST_P(PeerDeathIdle, DeviceWithADeadPeerStaysUnderFivePercentOfACore) {
+  const auto& [device, op, at, how] = GetParam();
+  const int n = 3, victim = 2;
+  for (int r = 0; r < n; ++r) {
+    pids_.push_back(SpawnProcess(
+        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
+         "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
+         "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
+         "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
+         "--timeout_ms=120000"}));
+    ASSERT_GT(pids_.back(), 0);
+  }
+  for (int r = 0; r < n; ++r) {
+    if (r == victim) continue;
+    int st = 0;
+    ASSERT_EQ(waitpid(pids_[r], &st, 0), pids_[r]);
+    pids_[r] = 0;
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "rank " << r << " status " << st;
+    std::istringstream cpu(Read("cpu." + std::to_string(r)));
+    double thread = 0, process = 0, wall = 0;
+    ASSERT_TRUE(cpu >> thread >> process >> wall) << "rank " << r << " wrote no CPU figures";
+    ASSERT_GT(wall, 1.0);
+    EXPECT_LT(process / wall, 0.05) << device << " rank " << r << ": process " << process
+                                    << " s CPU (progress thread " << thread << " s) in "
+                                    << wall << " s";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Udp, PeerDeathIdle,
+                         ::testing::Values(Case{"udp", "idle", "between", "kill"}),
+                         [](const auto& info) { return std::get<0>(info.param); });
+#ifdef OPTIREDUCE_TEST_DPDK
+INSTANTIATE_TEST_SUITE_P(DpdkMemif, PeerDeathIdle,
+                         ::testing::Values(Case{"dpdk", "idle", "between", "kill"}),
+                         [](const auto& info) { return std::get<0>(info.param); });
+#endif
+
 std::string Name(const ::testing::TestParamInfo<Case>& info) {
   const auto& [device, op, at, how] = info.param;
   return device + "_" + op + "_" + at + "_" + how;
