@@ -49,22 +49,27 @@ class PeerDeath : public ::testing::TestWithParam<Case> {
     return ss.str();
   }
 
+  // Starts n peer_death_worker ranks for one case (rank `victim` dies).
+  void SpawnRanks(int n, int victim, const Case& c) {
+    const auto& [device, op, at, how] = c;
+    for (int r = 0; r < n; ++r) {
+      pids_.push_back(SpawnProcess(
+          {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
+           "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
+           "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
+           "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
+           "--timeout_ms=120000"}));
+      ASSERT_GT(pids_.back(), 0);
+    }
+  }
+
   std::string dir_;
   std::vector<pid_t> pids_;
 };
 
 TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
-  const auto& [device, op, at, how] = GetParam();
   const int n = 3, victim = 2;
-  for (int r = 0; r < n; ++r) {
-    pids_.push_back(SpawnProcess(
-        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
-         "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
-         "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
-         "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
-         "--timeout_ms=120000"}));
-    ASSERT_GT(pids_.back(), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(SpawnRanks(n, victim, GetParam()));
   // The survivors must end on their own, long before the 120 s op timeout.
   std::vector<int> code(n, -1000);
   const auto limit = Clock::now() + std::chrono::seconds(60);
@@ -107,15 +112,7 @@ class PeerDeathIdle : public PeerDeath {};
 TEST_P(PeerDeathIdle, DeviceWithADeadPeerStaysUnderFivePercentOfACore) {
   const auto& [device, op, at, how] = GetParam();
   const int n = 3, victim = 2;
-  for (int r = 0; r < n; ++r) {
-    pids_.push_back(SpawnProcess(
-        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
-         "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
-         "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
-         "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
-         "--timeout_ms=120000"}));
-    ASSERT_GT(pids_.back(), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(SpawnRanks(n, victim, GetParam()));
   for (int r = 0; r < n; ++r) {
     if (r == victim) continue;
     int st = 0;
