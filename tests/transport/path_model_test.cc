@@ -43,7 +43,7 @@ TEST(PathModel, LosslessPathSendsNothingTwice) {
 }
 
 // With a queue on the path (srtt ~3.5 ms, steady), a lost tail is found by a
-// probe: an RTO barely above srtt used to fire first (skipping the probe).
+// probe: an RTO barely above srtt would fire first and skip the probe.
 TEST(PathModel, RandomLossIsRecoveredByRackAndProbesNotRtos) {
   const Totals t = RunSeeds(0.01, 0, 0, 30);
   EXPECT_EQ(t.incomplete, 0);

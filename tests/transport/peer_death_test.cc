@@ -181,8 +181,8 @@ INSTANTIATE_TEST_SUITE_P(DpdkMemifOptiReduce, PeerDeath,
 // A victim that exits or is killed takes its memif links down: the survivors' backend
 // reports the peers behind them at once (the memif PMD sees the control socket close). The
 // PMD unmaps the link's shared memory from the EAL interrupt thread; the control gate keeps
-// that apart from this rank's bursts (without it the survivor crashed with SIGSEGV in
-// librte_net_memif in about 1 of 12 SIGKILL runs).
+// that apart from this rank's bursts (a survivor transmitting into unmapped memory would
+// crash with SIGSEGV inside librte_net_memif).
 INSTANTIATE_TEST_SUITE_P(DpdkMemif, PeerDeath,
                          ::testing::Combine(::testing::Values("dpdk"), kOps,
                                             ::testing::Values("before", "during", "between"),
