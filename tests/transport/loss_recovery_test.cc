@@ -163,6 +163,19 @@ long RunTimersUntil(ReliableSender& s, long t0, long limit,
   return -1;
 }
 
+// Runs the timers from t0, sending each tail-loss probe as the engine would, until an RTO
+// fires: its time, or -1 if none by t = 100000.
+long SendProbesUntilRto(ReliableSender& s, long t0) {
+  return RunTimersUntil(s, t0, 100000, [&](long tt) {
+    if (s.probe_pending()) {
+      const uint64_t seq = s.ProbeSeq();
+      s.OnRetransmit(seq, At(tt));
+      s.OnProbeSent(seq);
+    }
+    return s.counters().rto_events > 0;
+  });
+}
+
 TEST(ReliableSender, TailLossIsFoundByAProbeNotAnRto) {
   ReliableSender s(Opts());
   SendNew(s, 20, 0);
@@ -192,14 +205,7 @@ TEST(ReliableSender, RtoMarksEverythingLostAndResendsUnderTheWindow) {
   Ack(s, 1, {}, 100);  // an RTT sample: srtt 100 us, RTO at its 4 ms floor
   SendNew(s, 10, 200);
   // Nothing comes back (probe included).
-  long t = RunTimersUntil(s, 210, 100000, [&](long tt) {
-    if (s.probe_pending()) {
-      const uint64_t seq = s.ProbeSeq();
-      s.OnRetransmit(seq, At(tt));
-      s.OnProbeSent(seq);
-    }
-    return s.counters().rto_events > 0;
-  });
+  long t = SendProbesUntilRto(s, 210);
   ASSERT_GT(t, 0);
   EXPECT_EQ(s.scoreboard().lost_packets(), 10u);
   // One packet at first (cwnd = 1 mss), then slow start.
@@ -262,14 +268,7 @@ TEST(ReliableSender, LateAcksAfterAnRtoCostOnePacketAndAreUndone) {
   SendNew(s, 30, 200);
   const uint64_t before = s.cwnd().cwnd();
   // The receiver is descheduled: its acks come 10 ms late.
-  long t = RunTimersUntil(s, 210, 100000, [&](long tt) {
-    if (s.probe_pending()) {
-      const uint64_t seq = s.ProbeSeq();
-      s.OnRetransmit(seq, At(tt));
-      s.OnProbeSent(seq);
-    }
-    return s.counters().rto_events > 0;
-  });
+  long t = SendProbesUntilRto(s, 210);
   ASSERT_GT(t, 0);
   EXPECT_EQ(DrainRetransmits(s, t).size(), 1u);
   // Everything (originals) was received; the receiver reports the duplicate.
@@ -289,14 +288,7 @@ TEST(ReliableSender, SpuriousRtoPutsItsPacketsBackInFlight) {
   Ack(s, 1, {}, 100);
   SendNew(s, 10, 200);
   const uint64_t before = s.cwnd().cwnd();
-  long t = RunTimersUntil(s, 210, 100000, [&](long tt) {
-    if (s.probe_pending()) {
-      const uint64_t seq = s.ProbeSeq();
-      s.OnRetransmit(seq, At(tt));
-      s.OnProbeSent(seq);
-    }
-    return s.counters().rto_events > 0;
-  });
+  long t = SendProbesUntilRto(s, 210);
   ASSERT_GT(t, 0);
   EXPECT_EQ(DrainRetransmits(s, t), std::vector<uint64_t>{1});
   // A late ack delivers originals sent before the RTO: it was spurious. (It
