@@ -31,6 +31,7 @@ void Engine::Impl::Run() {
     {
       std::lock_guard<std::mutex> lock(mu);
       const uint64_t rx_before = stats.rx_packets.load(std::memory_order_relaxed);
+      Bump(stats.progress_polls);
       worked = Poll(&deadline);
       if (slept != 0 && stats.rx_packets.load(std::memory_order_relaxed) != rx_before) {
         Bump(slept == 1 ? stats.sleeps_woken_by_input : stats.late_inputs);

@@ -55,10 +55,11 @@ namespace transport {
   /* Repair requests whose ranges were empty or inverted, or over the per-request */    \
   /* limit: those ranges are dropped (wire_format's ParseRepairRanges). */              \
   X(repair_ranges_empty) X(repair_ranges_over_limit)                                   \
-  /* Progress thread: sleeps (WaitForInput calls); sleeps that ended early and found */ \
-  /* input (woken by the datagram's arrival); sleeps that ran to their timeout and */   \
-  /* then found input (only backends without input wake-ups should have many). */      \
-  X(progress_sleeps) X(sleeps_woken_by_input) X(late_inputs)                           \
+  /* Progress thread: rounds of its loop (each polls the device once); sleeps */       \
+  /* (WaitForInput calls); sleeps that ended early and found input (woken by the */    \
+  /* datagram's arrival); sleeps that ran to their timeout and then found input */     \
+  /* (only backends without input wake-ups should have many). */                       \
+  X(progress_polls) X(progress_sleeps) X(sleeps_woken_by_input) X(late_inputs)         \
   /* Destroyed contexts released once every peer confirmed it needs nothing more */    \
   /* from them (close probe answered), and those released only after the quiet */      \
   /* linger or its cap. */                                                             \

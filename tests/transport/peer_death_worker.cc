@@ -39,6 +39,9 @@
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/device.h"
 #ifdef OPTIREDUCE_HAVE_DPDK
+#include "transport_dpdk/dpdk_control_gate.h"
+#endif
+#ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
 #include "transport_dpdk/dpdk_eal.h"
 #endif
@@ -200,7 +203,9 @@ std::string RunOp(const std::string& op, const std::shared_ptr<gloo::Context>& c
 
 // --op=idle: three barriers, then the victim dies and the others stay idle (nothing posted)
 // for 2 s with one live and one dead peer; each writes cpu.R: "<progress thread s>
-// <process s> <wall s>" (progress thread -1 on Gloo's TCP device, which has none of ours).
+// <process s> <wall s> <progress loop rounds> <control gate rounds>" (progress thread
+// and rounds -1 on Gloo's TCP device, which has none of ours; gate rounds -1 without a
+// DPDK control gate in the process).
 int Idle(const std::shared_ptr<gloo::Context>& ctx, int victim) {
   for (int i = 0; i < 3; ++i) RunOp("barrier", ctx, i);
   if (ctx->rank == victim) Die(ctx->rank);
@@ -214,15 +219,30 @@ int Idle(const std::shared_ptr<gloo::Context>& ctx, int victim) {
     clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
   };
+  auto polls = [&]() -> long long {
+    return ours ? static_cast<long long>(ours->stats().progress_polls) : -1;
+  };
+  auto gate_rounds = []() -> long long {
+#ifdef OPTIREDUCE_HAVE_DPDK
+    if (g_args["device"] == "dpdk") {
+      auto gate = optireduce::transport::dpdk::ControlGate::Get();
+      if (gate.ok()) return static_cast<long long>((*gate)->parks());
+    }
+#endif
+    return -1;
+  };
   std::this_thread::sleep_for(std::chrono::milliseconds(200));
   const double t0 = ours ? ours->ProgressThreadCpuSeconds() : 0, p0 = process_cpu();
+  const long long polls0 = polls(), gate0 = gate_rounds();
   const auto w0 = std::chrono::steady_clock::now();
   std::this_thread::sleep_for(std::chrono::seconds(2));
   const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - w0).count();
   const double thread = ours ? ours->ProgressThreadCpuSeconds() - t0 : -1;
-  WriteFile("cpu." + std::to_string(ctx->rank), std::to_string(thread) + " " +
-                                                    std::to_string(process_cpu() - p0) + " " +
-                                                    std::to_string(wall) + "\n");
+  const long long polls1 = polls(), gate1 = gate_rounds();
+  WriteFile("cpu." + std::to_string(ctx->rank),
+            std::to_string(thread) + " " + std::to_string(process_cpu() - p0) + " " +
+                std::to_string(wall) + " " + std::to_string(polls0 < 0 ? -1 : polls1 - polls0) +
+                " " + std::to_string(gate0 < 0 ? -1 : gate1 - gate0) + "\n");
   // Leave without tearing down: the context would wait for the dead peer's linger.
   _exit(0);
 }
