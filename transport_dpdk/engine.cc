@@ -365,6 +365,8 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
       return r.op;
     }
   }
+  // Its source is judged from now on (a quiet one is probed soon, see PeerLiveness).
+  impl_->next_liveness = std::min(impl_->next_liveness, Clock::now() + impl_->liveness_first);
   c->posted[slot].push_back(std::move(r));
   return c->posted[slot].back().op;
 }

@@ -47,6 +47,7 @@ struct Engine::Impl {
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
     liveness_every = std::clamp<Clock::duration>(opts.peer_dead / 16, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(50));
+    liveness_first = std::min(liveness_every, PeerLiveness(opts.peer_dead).first_probe());
   }
 
   std::unique_ptr<PacketIo> io;
@@ -95,6 +96,9 @@ struct Engine::Impl {
   Clock::time_point bounded_refill{};
   // Peer liveness: how often peers are judged, and when next.
   Clock::duration liveness_every{};
+  // How soon a newly posted receive's sources are first judged (PeerLiveness's
+  // short probe interval).
+  Clock::duration liveness_first{};
   Clock::time_point next_liveness{}, last_liveness{};
 
   // ---- progress thread ----

@@ -13,6 +13,11 @@ namespace optireduce {
 namespace transport {
 using namespace engine_internal;  // NOLINT: the engine's own state (engine_state.h)
 
+namespace {
+// Checks run at most this often, however soon a peer's next probe is due.
+constexpr std::chrono::milliseconds kMinLivenessGap{1};
+}  // namespace
+
 void Engine::Impl::TakeUnreachable() {
   PeerHandle gone[16];
   const size_t n = io->TakeUnreachable(gone, 16);
@@ -88,7 +93,12 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
     for (Peer& p : c.peers) {
       if (!p.connected) continue;
       if (stalled) p.live.Restart(now);
-      switch (p.live.Check(now, PendingWith(c, p, posted_from))) {
+      const PeerLiveness::Verdict verdict = p.live.Check(now, PendingWith(c, p, posted_from));
+      if (verdict == PeerLiveness::Verdict::kAlive || verdict == PeerLiveness::Verdict::kProbe) {
+        // Its next probe may be due before the regular check (the short first intervals).
+        next_liveness = std::min(next_liveness, std::max(p.live.NextProbe(), now + kMinLivenessGap));
+      }
+      switch (verdict) {
         case PeerLiveness::Verdict::kIdle:
         case PeerLiveness::Verdict::kAlive:
           break;

@@ -90,7 +90,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     Bump(stats.failed_context);
     return;
   }
-  p.live.Heard(Clock::now());
+  p.live.Heard(Clock::now(), static_cast<PacketType>(h.type) == PacketType::kPong);
   if (!p.gone_reason.empty()) {  // it spoke: whoever said it was gone was wrong
     p.gone_reason.clear();
     p.gone_blame = -1;

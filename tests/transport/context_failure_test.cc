@@ -131,11 +131,32 @@ TEST(PeerLiveness, ProbesThenDeclaresASilentPendingPeerGoneAndNeverAnIdleOne) {
   EXPECT_EQ(l.Check(t0 + std::chrono::seconds(100), false), V::kIdle);  // idle for long: fine
   const auto busy = t0 + std::chrono::seconds(100);
   EXPECT_EQ(l.Check(busy, true), V::kProbe);  // silent since long ago: probe at once
-  EXPECT_EQ(l.Check(busy + milliseconds(50), true), V::kAlive);
-  EXPECT_EQ(l.Check(busy + milliseconds(130), true), V::kProbe);
-  l.Heard(busy + milliseconds(140));
-  EXPECT_EQ(l.Check(busy + milliseconds(1100), true), V::kProbe);  // 960 ms after the answer
-  EXPECT_EQ(l.Check(busy + milliseconds(1140), true), V::kDead);
+  // Quiet after that probe: 8 more probes 1 ms apart (dead_after / 1000), then 2, 4, 8,
+  // ... ms apart, never more than 125 ms (dead_after / 8).
+  auto t = busy;
+  for (int i = 0; i < 8; ++i) {
+    EXPECT_EQ(l.Check(t + std::chrono::microseconds(999), true), V::kAlive) << i;
+    t += milliseconds(1);
+    EXPECT_EQ(l.Check(t, true), V::kProbe) << i;
+  }
+  for (int ms : {2, 4, 8, 16, 32, 64, 125, 125}) {
+    EXPECT_EQ(l.NextProbe(), t + milliseconds(ms));
+    EXPECT_EQ(l.Check(t + milliseconds(ms - 1), true), V::kAlive) << ms;
+    t += milliseconds(ms);
+    EXPECT_EQ(l.Check(t, true), V::kProbe) << ms;
+  }
+  // Answers to probes prove life but keep the long interval: no PING storm for a live,
+  // slow peer.
+  l.Heard(t, /*probe_answer=*/true);
+  EXPECT_EQ(l.NextProbe(), t + milliseconds(125));
+  EXPECT_EQ(l.Check(t + milliseconds(124), true), V::kAlive);
+  // Data restarts the short interval: the quiet right after an exchange is probed soon.
+  l.Heard(t + milliseconds(130));
+  EXPECT_EQ(l.Check(t + milliseconds(130), true), V::kAlive);
+  EXPECT_EQ(l.Check(t + milliseconds(131), true), V::kProbe);
+  // Silence for dead_after (1 s) while pending: gone.
+  EXPECT_EQ(l.Check(t + milliseconds(1129), true), V::kProbe);
+  EXPECT_EQ(l.Check(t + milliseconds(1130), true), V::kDead);
   // A stall of this rank's own progress thread gives a fresh window.
   transport::PeerLiveness s(milliseconds(1000));
   s.Connected(t0);

@@ -51,27 +51,31 @@ class PeerDeath : public ::testing::TestWithParam<Case> {
   }
 
   // Starts n peer_death_worker ranks for one case (rank `victim` dies).
-  void SpawnRanks(int n, int victim, const Case& c) {
+  // `extra`: more worker arguments (e.g. --peer_dead_ms=N).
+  void SpawnRanks(int n, int victim, const Case& c, const std::vector<std::string>& extra = {}) {
     const auto& [device, op, at, how] = c;
     for (int r = 0; r < n; ++r) {
-      pids_.push_back(SpawnProcess(
-          {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
-           "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
-           "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
-           "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
-           "--timeout_ms=120000"}));
+      std::vector<std::string> argv = {
+          PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=" + std::to_string(n),
+          "--store=" + dir_ + "/store", "--info=" + dir_ + "/info",
+          "--memif_dir=" + dir_ + "/memif", "--victim=" + std::to_string(victim),
+          "--device=" + device, "--op=" + op, "--at=" + at, "--how=" + how,
+          "--timeout_ms=120000"};
+      argv.insert(argv.end(), extra.begin(), extra.end());
+      pids_.push_back(SpawnProcess(argv));
       ASSERT_GT(pids_.back(), 0);
     }
   }
+
+  // Every survivor ends on its own (within 60 s, long before the 120 s op timeout) by
+  // raising gloo::IoException that names the victim, at most `within_ms` after its death.
+  void ExpectSurvivorsRaise(int n, int victim, long long within_ms);
 
   std::string dir_;
   std::vector<pid_t> pids_;
 };
 
-TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
-  const int n = 3, victim = 2;
-  ASSERT_NO_FATAL_FAILURE(SpawnRanks(n, victim, GetParam()));
-  // The survivors must end on their own, long before the 120 s op timeout.
+void PeerDeath::ExpectSurvivorsRaise(int n, int victim, long long within_ms) {
   std::vector<int> code(n, -1000);
   const auto limit = Clock::now() + std::chrono::seconds(60);
   int left = n - 1;
@@ -98,12 +102,37 @@ TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
     EXPECT_NE(message.find("peer rank " + std::to_string(victim)), std::string::npos)
         << "rank " << r << ": " << message;
     const long long failed_at = std::stoll(Read("failed." + std::to_string(r)));
-    // The liveness bound is 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s leaves room for a loaded
-    // 2-core machine. The op timeout (120 s) must play no part.
-    EXPECT_LT(failed_at - died_at, 5000) << "rank " << r << ": " << message;
+    EXPECT_LT(failed_at - died_at, within_ms) << "rank " << r << ": " << message;
     RecordProperty("detect_ms_rank" + std::to_string(r), std::to_string(failed_at - died_at));
   }
 }
+
+TEST_P(PeerDeath, SurvivorsRaiseIoExceptionNamingTheDeadRank) {
+  const int n = 3, victim = 2;
+  ASSERT_NO_FATAL_FAILURE(SpawnRanks(n, victim, GetParam()));
+  // The liveness bound is 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s leaves room for a loaded
+  // 2-core machine. The op timeout (120 s) must play no part.
+  ExpectSurvivorsRaise(n, victim, 5000);
+}
+
+// A killed process's UDP socket is closed: a rank that only waits for its data probes it
+// soon after it went quiet, and the ICMP port unreachable that answers the probe ends the
+// wait — long before the silence bound (60 s here) or a probe interval of dead_after / 8
+// (7.5 s). The survivors send nothing to the victim on their own (old-style Buffer recv).
+class PeerDeathByProbe : public PeerDeath {};
+
+TEST_P(PeerDeathByProbe, QuietDeadPeerIsFoundByTheFirstProbes) {
+  const int n = 3, victim = 2;
+  ASSERT_NO_FATAL_FAILURE(SpawnRanks(n, victim, GetParam(), {"--peer_dead_ms=60000"}));
+  ExpectSurvivorsRaise(n, victim, 5000);
+}
+
+INSTANTIATE_TEST_SUITE_P(Udp, PeerDeathByProbe,
+                         ::testing::Values(Case{"udp", "buffer_recv", "between", "kill"},
+                                           Case{"udp", "buffer_recv", "between", "exit"}),
+                         [](const auto& info) {
+                           return std::get<1>(info.param) + "_" + std::get<3>(info.param);
+                         });
 
 // A device with one live and one dead (killed) peer and nothing posted stays nearly idle,
 // so a job that lost a rank does not burn the cores of the ranks that remain: over 2 s

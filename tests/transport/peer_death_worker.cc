@@ -7,6 +7,7 @@
 //                     --op=allreduce|optireduce|broadcast|barrier|sendrecv|recv_any|buffer_recv|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
+//                     [--peer_dead_ms=N] (udp: the liveness bound, EngineOptions::peer_dead)
 //
 // before: the victim dies right after connecting; between: after 3 collectives; during:
 // a thread of the victim kills it 1 ms into its 4th collective. exit = _exit(0), kill =
@@ -274,7 +275,11 @@ int main(int argc, char** argv) {
       t.hostname = "127.0.0.1";
       device = gloo::transport::tcp::CreateDevice(t);
     } else if (device_kind == "udp") {
-      auto d = optireduce::transport::udp::CreateDeviceOrError({});
+      optireduce::transport::udp::attr u;
+      if (g_args.count("peer_dead_ms")) {
+        u.engine.peer_dead = std::chrono::milliseconds(std::stol(g_args["peer_dead_ms"]));
+      }
+      auto d = optireduce::transport::udp::CreateDeviceOrError(u);
       if (!d.ok()) {
         fprintf(stderr, "rank %d: %s\n", rank, d.status().ToString().c_str());
         return 2;

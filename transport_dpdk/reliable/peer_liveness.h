@@ -3,13 +3,23 @@
 // A peer is judged only while something is pending with it (an operation, a
 // packet in flight, a posted receive that names it): an idle peer may be busy
 // computing for hours. While pending, every validated packet from the peer
-// counts as a sign of life; after a quiet probe interval (dead_after / 8) the
-// engine sends a PING, which a live peer's progress thread answers whatever its
-// application is doing. Silence for dead_after while pending declares the
-// peer gone. Silence counts from the
-// connect at the earliest (every rank also pings each peer when it connects,
-// and a peer answers once its side is connected); a network report that its address is unreachable
-// (ICMP port unreachable: its socket is closed) declares it gone at once.
+// counts as a sign of life. Once the peer has been quiet for a probe interval
+// the engine sends a PING, which a live peer's progress thread answers whatever
+// its application is doing. After the peer's last data or ack — the quiet right
+// after an exchange is when a death is news — the first kShortProbes probes are
+// a short interval apart (dead_after / 1000, at least 1 ms), then the interval
+// doubles with each probe up to dead_after / 8; answers to probes do not
+// shorten it again, so a live but slow peer costs a dozen PINGs and then one
+// per dead_after / 8. On the UDP backend a PING to a dead process's port comes
+// back as ICMP port unreachable, so a death in the first few milliseconds of
+// quiet is found a short interval after its socket closed (the way Gloo's TCP
+// learns it from the closed socket at once), a later one within about twice
+// the quiet time.
+// Silence for dead_after while pending declares the peer gone. Silence counts
+// from the connect at the earliest (every rank also pings each peer when it
+// connects, and a peer answers once its side is connected); a network report
+// that its address is unreachable (ICMP port unreachable: its socket is
+// closed) declares it gone at once.
 #pragma once
 
 #include <algorithm>
@@ -21,6 +31,8 @@ namespace transport {
 class PeerLiveness {
  public:
   using Clock = std::chrono::steady_clock;
+  // Probes sent first_probe apart after the peer last spoke, before the interval grows.
+  static constexpr int kShortProbes = 8;
   enum class Verdict {
     kIdle,   // nothing pending: not judged
     kAlive,  // heard recently enough
@@ -30,7 +42,11 @@ class PeerLiveness {
 
   explicit PeerLiveness(std::chrono::milliseconds dead_after = std::chrono::milliseconds(1000))
       : dead_after_(dead_after),
-        probe_every_(std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8)) {}
+        probe_every_(std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8)),
+        first_probe_(std::min<Clock::duration>(
+            probe_every_, std::max<Clock::duration>(std::chrono::milliseconds(1),
+                                                    dead_after / 1000))),
+        interval_(first_probe_) {}
 
   // The pair to the peer was connected: it counts as heard then (Gloo connects
   // every pair of a group within moments once all addresses are published, so
@@ -39,11 +55,16 @@ class PeerLiveness {
     heard_ = true;
     last_heard_ = now;
   }
-  // A validated packet from the peer arrived.
-  void Heard(Clock::time_point now) {
+  // A validated packet from the peer arrived; `probe_answer`: it is the answer
+  // to a PING (it proves life but does not restart the short probe interval).
+  void Heard(Clock::time_point now, bool probe_answer = false) {
     heard_ = true;
     unreachable_ = false;
     last_heard_ = now;
+    if (!probe_answer) {
+      interval_ = first_probe_;
+      short_left_ = kShortProbes;
+    }
   }
   // The network reported the peer's address unreachable.
   void Unreachable() { unreachable_ = true; }
@@ -71,18 +92,37 @@ class PeerLiveness {
     if (heard_ && now - std::max(last_heard_, pending_since_) >= dead_after_) {
       return Verdict::kDead;
     }
-    if (probed_ && now - last_probe_ < probe_every_) return Verdict::kAlive;
-    if (heard_ && now - last_heard_ < probe_every_) return Verdict::kAlive;
+    if (now < NextProbe()) return Verdict::kAlive;
     probed_ = true;
     last_probe_ = now;
+    if (short_left_ > 0) {
+      --short_left_;
+    } else {
+      interval_ = std::min(2 * interval_, probe_every_);
+    }
     return Verdict::kProbe;
   }
 
+  // When Check would next answer kProbe if the peer stays quiet and something
+  // stays pending (the engine runs its next check no later than that).
+  Clock::time_point NextProbe() const {
+    Clock::time_point quiet_since{};
+    if (heard_) quiet_since = last_heard_;
+    if (probed_) quiet_since = std::max(quiet_since, last_probe_);
+    if (!heard_ && !probed_) return Clock::time_point{};
+    return quiet_since + interval_;
+  }
+
   std::chrono::milliseconds dead_after() const { return dead_after_; }
+  // The short probe interval right after the peer last spoke.
+  Clock::duration first_probe() const { return first_probe_; }
 
  private:
   std::chrono::milliseconds dead_after_;
   Clock::duration probe_every_;
+  Clock::duration first_probe_;
+  Clock::duration interval_;  // quiet time before the next probe
+  int short_left_ = kShortProbes;  // probes still first_probe_ apart
   bool heard_ = false, unreachable_ = false, pending_ = false, probed_ = false;
   Clock::time_point last_heard_{}, pending_since_{}, last_probe_{};
 };
