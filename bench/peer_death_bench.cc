@@ -7,6 +7,11 @@
 // a loop, rank 2 SIGKILLed (or SIGSTOPped: a host that stops answering, no ICMP, no FIN)
 // between collectives, 120 s op timeout. Time = survivor's exception - victim's death (wall
 // clock, both ranks of each trial). Prints a table; --csv also writes one row per sample.
+//
+// A killed process's sockets close only after the kernel freed its memory (about 7 ms per
+// 100 MiB touched here), and a DPDK rank holds its mbuf pools: when tcp and dpdk are both
+// measured, a last row runs Gloo's TCP with a victim that holds as much resident memory as
+// the dpdk victims did, so the two are compared on the same teardown.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -45,11 +50,14 @@ struct Trial {
   bool ok = false;
   std::vector<double> ms;      // per survivor
   std::vector<std::string> cpu;  // idle runs: per survivor "thread process wall"
+  long victim_rss_mib = -1;
   std::string note;
 };
 
 // One 3-rank run; victim 2.
-Trial Run(const std::string& device, const std::string& op, const std::string& how) {
+// ballast_mib: every rank holds that much touched memory (0: none).
+Trial Run(const std::string& device, const std::string& op, const std::string& how,
+          long ballast_mib = 0) {
   Trial t;
   char tmpl[] = "/tmp/optireduce_death_bench_XXXXXX";
   if (!mkdtemp(tmpl)) {
@@ -61,11 +69,13 @@ Trial Run(const std::string& device, const std::string& op, const std::string& h
   const int n = 3, victim = 2;
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
-    pids.push_back(optireduce::testing::SpawnProcess(
-        {PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=3",
-         "--store=" + dir + "/store", "--info=" + dir + "/info", "--memif_dir=" + dir + "/memif",
-         "--victim=2", "--device=" + device, "--op=" + op, "--at=between", "--how=" + how,
-         "--timeout_ms=120000"}));
+    std::vector<std::string> argv = {
+        PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=3",
+        "--store=" + dir + "/store", "--info=" + dir + "/info", "--memif_dir=" + dir + "/memif",
+        "--victim=2", "--device=" + device, "--op=" + op, "--at=between", "--how=" + how,
+        "--timeout_ms=120000"};
+    if (ballast_mib > 0) argv.push_back("--ballast_mb=" + std::to_string(ballast_mib));
+    pids.push_back(optireduce::testing::SpawnProcess(argv));
   }
   std::vector<int> code(n, -1000);
   const auto limit = Clock::now() + std::chrono::seconds(150);
@@ -90,6 +100,8 @@ Trial Run(const std::string& device, const std::string& op, const std::string& h
   }
   const std::string died = Read(dir + "/info/died.2");
   t.ok = !died.empty();
+  const std::string rss = Read(dir + "/info/rss.2");
+  if (!rss.empty()) t.victim_rss_mib = std::stol(rss);
   for (int r = 0; r < n && t.ok; ++r) {
     if (r == victim) continue;
     if (code[r] != 0) {
@@ -127,38 +139,63 @@ int main(int argc, char** argv) {
   std::stringstream ss(args["devices"]);
   for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
   FILE* csv = args.count("csv") ? fopen(args["csv"].c_str(), "w") : nullptr;
-  if (csv) fprintf(csv, "device,how,trial,survivor_ms\n");
+  if (csv) fprintf(csv, "device,how,trial,survivor_ms,victim_rss_mib\n");
 
   printf("peer death -> survivors' gloo::IoException (3 ranks, allreduce loop, rank 2 dies "
          "between collectives, op timeout 120 s; %d trials, both survivors each)\n\n", trials);
-  printf("| device | death | samples | median ms | max ms | failed trials |\n");
-  printf("|---|---|---:|---:|---:|---:|\n");
+  printf("| device | death | victim RSS MiB | samples | median ms | max ms | failed trials |\n");
+  printf("|---|---|---:|---:|---:|---:|---:|\n");
+  struct Row {
+    std::string device, how;
+    long ballast_mib = 0;
+  };
+  std::vector<Row> rows;
   for (const std::string& device : devices) {
+    rows.push_back({device, "kill"});
     // SIGSTOP: no FIN, no ICMP — only our probes notice (Gloo TCP would wait for its timeout).
-    std::vector<std::string> hows = {"kill"};
-    if (device != "tcp") hows.push_back("stop");
-    for (const std::string& how : hows) {
-      std::vector<double> all;
-      int failed = 0;
-      for (int k = 0; k < trials; ++k) {
-        Trial t = Run(device, "allreduce", how);
-        if (!t.ok) {
-          ++failed;
-          fprintf(stderr, "%s %s trial %d: %s\n", device.c_str(), how.c_str(), k, t.note.c_str());
-          continue;
-        }
-        for (double ms : t.ms) {
-          all.push_back(ms);
-          if (csv) fprintf(csv, "%s,%s,%d,%.0f\n", device.c_str(), how.c_str(), k, ms);
+    if (device != "tcp") rows.push_back({device, "stop"});
+  }
+  const bool match_dpdk =
+      std::count(devices.begin(), devices.end(), "tcp") && std::count(devices.begin(), devices.end(), "dpdk");
+  if (match_dpdk) rows.push_back({"tcp", "kill", -1});  // ballast: the dpdk victims' RSS
+  std::vector<long> dpdk_rss;
+  for (Row& row : rows) {
+    const std::string& device = row.device;
+    const std::string& how = row.how;
+    if (row.ballast_mib < 0) {
+      std::sort(dpdk_rss.begin(), dpdk_rss.end());
+      row.ballast_mib = dpdk_rss.empty() ? 0 : dpdk_rss[dpdk_rss.size() / 2];
+    }
+    std::vector<double> all;
+    std::vector<long> rss;
+    int failed = 0;
+    for (int k = 0; k < trials; ++k) {
+      Trial t = Run(device, "allreduce", how, row.ballast_mib);
+      if (!t.ok) {
+        ++failed;
+        fprintf(stderr, "%s %s trial %d: %s\n", device.c_str(), how.c_str(), k, t.note.c_str());
+        continue;
+      }
+      if (t.victim_rss_mib >= 0) rss.push_back(t.victim_rss_mib);
+      if (device == "dpdk" && how == "kill" && t.victim_rss_mib >= 0) {
+        dpdk_rss.push_back(t.victim_rss_mib);
+      }
+      for (double ms : t.ms) {
+        all.push_back(ms);
+        if (csv) {
+          fprintf(csv, "%s,%s,%d,%.0f,%ld\n", device.c_str(), how.c_str(), k, ms,
+                  t.victim_rss_mib);
         }
       }
-      std::sort(all.begin(), all.end());
-      const double median = all.empty() ? -1 : all[all.size() / 2];
-      const double max = all.empty() ? -1 : all.back();
-      printf("| %s | %s | %zu | %.0f | %.0f | %d |\n", device.c_str(),
-             how == "kill" ? "SIGKILL" : "SIGSTOP", all.size(), median, max, failed);
-      fflush(stdout);
     }
+    std::sort(all.begin(), all.end());
+    std::sort(rss.begin(), rss.end());
+    const double median = all.empty() ? -1 : all[all.size() / 2];
+    const double max = all.empty() ? -1 : all.back();
+    printf("| %s | %s | %ld | %zu | %.0f | %.0f | %d |\n", device.c_str(),
+           how == "kill" ? "SIGKILL" : "SIGSTOP", rss.empty() ? -1 : rss[rss.size() / 2],
+           all.size(), median, max, failed);
+    fflush(stdout);
   }
 
   printf("\nidle CPU, 2 s with one live and one dead (SIGKILLed) peer, nothing posted "

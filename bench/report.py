@@ -3,7 +3,7 @@
 each experiment's CSVs and PNGs in its own folder under bench/results/ (bench/report.sh
 builds first, then runs this).
 
-  report.py [--quick] [--tta] [--only demo,sweep,loss,straggler,tta]
+  report.py [--quick] [--tta] [--only demo,sweep,loss,straggler,latency,failure,tta]
             [--page bench/RESULTS.md] [--results bench/results]
 
 Sections (folder under --results):
@@ -11,6 +11,8 @@ Sections (folder under --results):
   sweep      optireduce-sweep: p50/p99 per size, Gloo's TCP vs our UDP and DPDK transports
   loss       lab.py experiment under 0, 0.1% and 1% per-packet loss (root only)
   straggler  lab.py experiment with an occasional and a every-iteration straggler (root only)
+  latency    latency_bench: small messages, barrier, setup and teardown, Gloo's TCP vs ours
+  failure    peer_death_bench: a peer's death to the survivors' exception, Gloo's TCP vs ours
   tta        bench/tta/tta.py time to accuracy (only with --tta; otherwise kept from the
              last run that made it)
 
@@ -33,12 +35,14 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
-SECTIONS = ["demo", "sweep", "loss", "straggler", "tta"]
+SECTIONS = ["demo", "sweep", "loss", "straggler", "latency", "failure", "tta"]
 TITLES = {
     "demo": "The main job: one allreduce under loss and a straggler",
     "sweep": "Message sizes: Gloo's TCP vs our UDP and DPDK transports",
     "loss": "Packet loss",
     "straggler": "Stragglers",
+    "latency": "Small messages and setup",
+    "failure": "A peer dies: time to the survivors' exception",
     "tta": "Time to accuracy (PyTorch DDP)",
 }
 ALGO_NAMES = {
@@ -256,6 +260,54 @@ def section_straggler(a, d):
     return lines
 
 
+def section_latency(a, d):
+    csv_path = os.path.join(d, "latency.csv")
+    cmd = [a.latency_bin, "--ranks", "2", "--transports", "tcp,udp,dpdk", "--csv", csv_path]
+    if a.quick:
+        cmd += ["--iters", "200", "--setup-trials", "2"]
+    run(cmd, os.path.join(d, "log.txt"))
+    rows = read_csv(csv_path)
+    tcp = {(r["what"], r["bytes"]): float(r["p50_us"]) for r in rows if r["transport"] == "tcp"}
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "2 local ranks (processes on one host: loopback for TCP and UDP, a memif pair for "
+        "DPDK), through the Gloo API. Ratio: p50 over Gloo TCP's for the same measurement "
+        "(below 1 is faster).", ""]
+    out = []
+    for r in rows:
+        ref = tcp.get((r["what"], r["bytes"]))
+        p50 = float(r["p50_us"])
+        out.append([r["transport"], r["what"], r["bytes"], "%.1f" % p50,
+                    "%.1f" % float(r["p99_us"]), "%.2f" % (p50 / ref) if ref else "-"])
+    lines += md_table(["transport", "measurement", "bytes", "p50 us", "p99 us",
+                       "p50 vs Gloo TCP"], out)
+    lines += ["", "CSV: [latency](%s)." % rel_link(a, d, "latency.csv")]
+    return lines
+
+
+def section_failure(a, d):
+    csv_path = os.path.join(d, "peer_death.csv")
+    cmd = [a.peer_death_bin, "--trials=%d" % (3 if a.quick else 10), "--devices=tcp,udp,dpdk",
+           "--csv=" + csv_path]
+    log = os.path.join(d, "log.txt")
+    run(cmd, log)
+    with open(log) as f:
+        table = [l.rstrip("\n") for l in f if l.startswith("|")]
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "3 ranks (processes on one host), an allreduce loop, rank 2 dies between collectives "
+        "(SIGKILL; SIGSTOP: a process that stops answering, no FIN, no ICMP), op timeout "
+        "120 s; time from the death to each survivor's gloo::IoException. A killed "
+        "process's sockets close only after the kernel freed its memory, so the last row "
+        "runs Gloo TCP with a victim holding as much resident memory as the dpdk victims "
+        "(their mbuf pools). The second table: a device with one live and one dead peer, "
+        "idle for 2 s.", ""]
+    for l in table:
+        if l.startswith("| device | rank"):
+            lines.append("")  # the idle table starts here
+        lines.append(l)
+    lines += ["", "CSV: [every sample](%s)." % rel_link(a, d, "peer_death.csv")]
+    return lines
+
+
 def section_tta(a, d):
     cmd = [PY, os.path.join(HERE, "tta", "tta.py"), "--out", d]
     if a.quick:
@@ -366,6 +418,8 @@ def parse_args(argv):
     build = os.environ.get("OPTIREDUCE_BUILD_DIR", os.path.join(REPO, "build"))
     ap.add_argument("--bench-bin", default=os.path.join(build, "bench", "optireduce-bench"))
     ap.add_argument("--sweep-bin", default=os.path.join(build, "bench", "optireduce-sweep"))
+    ap.add_argument("--latency-bin", default=os.path.join(build, "bench", "latency_bench"))
+    ap.add_argument("--peer-death-bin", default=os.path.join(build, "bench", "peer_death_bench"))
     ap.add_argument("--torch-lib", help="liboptireduce_torch.so for tta (default: tta.py's)")
     a = ap.parse_args(argv)
     if a.only:
@@ -375,7 +429,7 @@ def parse_args(argv):
             ap.error("--only: unknown section '%s' (allowed: %s)" % (bad[0], ", ".join(SECTIONS)))
     else:
         a.sections = [s for s in SECTIONS if s != "tta" or a.tta]
-    for b in (a.bench_bin, a.sweep_bin):
+    for b in (a.bench_bin, a.sweep_bin, a.latency_bin, a.peer_death_bin):
         if not os.access(b, os.X_OK):
             ap.error("%s is not an executable (./scripts/build.sh builds it)" % b)
     a.page = os.path.abspath(a.page)
@@ -387,7 +441,8 @@ def main(argv=None):
     a = parse_args(sys.argv[1:] if argv is None else argv)
     os.makedirs(a.results, exist_ok=True)
     fns = dict(demo=section_demo, sweep=section_sweep, loss=section_loss,
-               straggler=section_straggler, tta=section_tta)
+               straggler=section_straggler, latency=section_latency,
+               failure=section_failure, tta=section_tta)
     failed = []
     for s in a.sections:
         d = os.path.join(a.results, s)

@@ -15,14 +15,23 @@ def sweep_bin(bench_bin):
                           os.path.join(os.path.dirname(bench_bin), "optireduce-sweep"))
 
 
+def tool_args(bench_bin):
+    """The tools report.py runs, next to optireduce-bench unless the environment names them."""
+    here = os.path.dirname(bench_bin)
+    return ["--bench-bin", bench_bin, "--sweep-bin", sweep_bin(bench_bin),
+            "--latency-bin", os.environ.get("OPTIREDUCE_LATENCY_BIN",
+                                            os.path.join(here, "latency_bench")),
+            "--peer-death-bin", os.environ.get("OPTIREDUCE_PEER_DEATH_BIN",
+                                               os.path.join(here, "peer_death_bench"))]
+
+
 def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
     results, page = tmp_path / "results", tmp_path / "RESULTS.md"
     stale = results / "demo" / "old_run.csv"
     stale.parent.mkdir(parents=True)
     stale.write_text("stale\n")
-    p = subprocess.run([sys.executable, REPORT, "--quick", "--bench-bin", bench_bin,
-                        "--sweep-bin", sweep_bin(bench_bin),
-                        "--page", str(page), "--results", str(results)],
+    p = subprocess.run([sys.executable, REPORT, "--quick"] + tool_args(bench_bin) +
+                       ["--page", str(page), "--results", str(results)],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
                        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert p.returncode == 0, p.stdout + p.stderr
@@ -30,18 +39,24 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
     assert not stale.exists()
     root = os.geteuid() == 0
     for title in ("The main job", "Message sizes", "Packet loss", "Stragglers",
-                  "Time to accuracy"):
+                  "Small messages and setup", "A peer dies", "Time to accuracy"):
         assert "## " + title in text, text
     # Every generated table says how it was made.
     made = re.findall(r"Command: `[^`]+`  \nMachine: \d+ CPUs.*, Linux \S+, load average "
                       r"[\d.]+/[\d.]+/[\d.]+; made "
                       r"\d{4}-\d\d-\d\d \d\d:\d\d UTC\.", text)
-    assert len(made) == (4 if root else 2), text
+    assert len(made) == (6 if root else 4), text
     assert "Gloo ring_chunked, Gloo TCP" in text and "transpose@udp" in text, text
     assert (results / "demo" / "cdf.png").stat().st_size > 0
     assert (results / "sweep" / "sweep.png").stat().st_size > 0
     with open(results / "sweep" / "sweep.csv") as f:
         assert {r["transport"] for r in csv.DictReader(f)} >= {"tcp", "udp"}
+    with open(results / "latency" / "latency.csv") as f:
+        assert {r["transport"] for r in csv.DictReader(f)} >= {"tcp", "udp"}
+    with open(results / "failure" / "peer_death.csv") as f:
+        deaths = list(csv.DictReader(f))
+    assert {r["device"] for r in deaths} >= {"tcp", "udp"}, deaths
+    assert "| udp | SIGKILL |" in text, text
     if root:
         assert (results / "loss" / "p99_vs_loss.png").stat().st_size > 0
         with open(results / "loss" / "loss.csv") as f:
@@ -54,13 +69,12 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
     for link in re.findall(r"\]\(([^)]+\.(?:png|csv))\)", text):
         assert (tmp_path / link).exists(), link
     assert sorted(os.listdir(results)) == sorted(
-        ["demo", "sweep", "loss", "straggler"]), os.listdir(results)
+        ["demo", "sweep", "loss", "straggler", "latency", "failure"]), os.listdir(results)
 
 
 def test_unknown_section_is_named(bench_bin, tmp_path):
-    p = subprocess.run([sys.executable, REPORT, "--only", "demo,bogus", "--bench-bin", bench_bin,
-                        "--sweep-bin", sweep_bin(bench_bin),
-                        "--page", str(tmp_path / "R.md"), "--results", str(tmp_path / "r")],
+    p = subprocess.run([sys.executable, REPORT, "--only", "demo,bogus"] + tool_args(bench_bin) +
+                       ["--page", str(tmp_path / "R.md"), "--results", str(tmp_path / "r")],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 2 and "--only: unknown section 'bogus'" in p.stderr, p.stderr
     assert not (tmp_path / "r").exists()

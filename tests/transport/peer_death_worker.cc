@@ -8,11 +8,13 @@
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
 //                     [--peer_dead_ms=N] (udp: the liveness bound, EngineOptions::peer_dead)
+//                     [--ballast_mb=N] (hold N MiB of touched memory, as a training process)
 //
 // before: the victim dies right after connecting; between: after 3 collectives; during:
 // a thread of the victim kills it 1 ms into its 4th collective. exit = _exit(0), kill =
 // SIGKILL, stop = SIGSTOP (a host that stops answering; the parent kills it later).
-// Files in --info: died.V (realtime ms just before the victim dies), and for each
+// Files in --info: died.V (realtime ms just before the victim dies), rss.V (its resident
+// MiB then), and for each
 // survivor failed.R (realtime ms of its IoException) and message.R (the exception text).
 // Exit codes: 0 survivor raised gloo::IoException; 1 wrong result or other exception;
 // 2 bad arguments/setup; 4 no exception after many collectives.
@@ -63,7 +65,18 @@ void WriteFile(const std::string& name, const std::string& text) {
   rename((path + ".tmp").c_str(), path.c_str());
 }
 
+// Resident memory of this process in MiB (/proc/self/statm).
+long ResidentMiB() {
+  std::ifstream statm("/proc/self/statm");
+  long size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * sysconf(_SC_PAGESIZE) / (1 << 20);
+}
+
 [[noreturn]] void Die(int rank) {
+  // The kernel closes a killed process's sockets only after it freed its memory, so
+  // how soon a peer can notice depends on this (see peer_death_bench).
+  WriteFile("rss." + std::to_string(rank), std::to_string(ResidentMiB()) + "\n");
   WriteFile("died." + std::to_string(rank), std::to_string(RealtimeMs()) + "\n");
   const std::string how = g_args["how"];
   if (how == "kill") raise(SIGKILL);
@@ -307,6 +320,11 @@ int main(int argc, char** argv) {
     }
     gloo::rendezvous::FileStore store(g_args["store"]);
     auto ctx = optireduce::testing::ConnectContext(store, device, rank, size, timeout);
+    if (g_args.count("ballast_mb")) {
+      // Memory held (and touched) for the rest of the run, like a training process's.
+      static std::vector<char> ballast;
+      ballast.assign(static_cast<size_t>(std::stol(g_args["ballast_mb"])) << 20, 1);
+    }
     WriteFile("ready." + std::to_string(rank), "1\n");
     if (rank == victim && at == "before") {
       // Die only once every rank is connected (Gloo's TCP connect fails otherwise).
