@@ -366,7 +366,12 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
     }
   }
   // Its source is judged from now on (a quiet one is probed soon, see PeerLiveness).
-  impl_->next_liveness = std::min(impl_->next_liveness, Clock::now() + impl_->liveness_first);
+  const auto first_check = Clock::now() + impl_->liveness_first;
+  impl_->next_liveness = std::min(impl_->next_liveness, first_check);
+  // An idle progress thread may sleep longer than that.
+  if (impl_->sleeping_until != Clock::time_point::max() && impl_->sleeping_until > first_check) {
+    impl_->io->Wake();
+  }
   c->posted[slot].push_back(std::move(r));
   return c->posted[slot].back().op;
 }

@@ -11,6 +11,11 @@ namespace optireduce {
 namespace transport {
 using namespace engine_internal;  // NOLINT: the engine's own state (engine_state.h)
 
+namespace {
+// Without work this long, the device is idle (EngineOptions::idle_sleep).
+constexpr std::chrono::milliseconds kIdleAfter{100};
+}  // namespace
+
 void Engine::Impl::Run() {
   clockid_t cid;
   if (pthread_getcpuclockid(pthread_self(), &cid) == 0) {
@@ -46,7 +51,11 @@ void Engine::Impl::Run() {
         last_work = now;
         sleep = us(16);
       } else if (!opts.busy_poll && now - last_work >= spin) {
-        wait = wakes_on_input ? opts.max_sleep : std::min(sleep, opts.max_sleep);
+        const bool idle = now - last_work >= kIdleAfter;
+        const us cap = !idle         ? opts.max_sleep
+                       : wakes_on_input ? std::chrono::duration_cast<us>(liveness_every)
+                                        : std::max(opts.idle_sleep, opts.max_sleep);
+        wait = wakes_on_input ? cap : std::min(sleep, cap);
         wait = deadline > now
                    ? std::min(wait, std::chrono::duration_cast<us>(deadline - now) + us(1))
                    : us(0);
@@ -64,7 +73,7 @@ void Engine::Impl::Run() {
       sleeping_until = Clock::time_point::max();
     }
     slept = Clock::now() - t0 < wait ? 1 : 2;
-    if (!wakes_on_input) sleep = std::min(sleep * 2, opts.max_sleep);
+    if (!wakes_on_input) sleep = std::min(sleep * 2, std::max(opts.idle_sleep, opts.max_sleep));
   }
 }
 
@@ -77,7 +86,8 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
     if (n < kBurst) break;
   }
   const auto now = Clock::now();
-  *deadline = now + opts.max_sleep;
+  // Timers below bring it closer; Run caps the sleep (max_sleep, or longer when idle).
+  *deadline = now + std::max<Clock::duration>(liveness_every, opts.max_sleep);
   tx_blocked = false;
   const uint64_t sent_before = stats.tx_packets.load(std::memory_order_relaxed);
   TakeUnreachable();
@@ -85,6 +95,7 @@ bool Engine::Impl::Poll(Clock::time_point* deadline) {
     next_liveness = now + liveness_every;
     CheckLiveness(now);
   }
+  *deadline = std::min(*deadline, next_liveness);
   for (auto& kv : contexts) {
     Ctx& c = *kv.second;
     if (c.failed) continue;

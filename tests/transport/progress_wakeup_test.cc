@@ -61,6 +61,10 @@ void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
 TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
   transport::EngineOptions engine;
   engine.max_sleep = std::chrono::milliseconds(200);
+  // Liveness checks are timers too (a posted receive's source is first judged
+  // dead_after / 1000 later): with a 60 s bound they come 50 ms apart, so the sleeps
+  // measured here end by an arrival or not at all.
+  engine.peer_dead = std::chrono::seconds(60);
   auto ranks = Connect(engine);
   ASSERT_EQ(ranks.size(), 2u);
   const auto before = ranks[1].device->stats();
