@@ -176,7 +176,10 @@ struct Engine::Impl {
   bool KeepForLater(const Ctx& c, const WireHeader& h) const;
   void Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload);
   void ReplayEarly(Ctx& c);
-  void HandleAck(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* sack);
+  // An acknowledgement: cumulative point, DSACK (header aux form: 0 none, else seq + 1)
+  // and SACK bitmap (sack_len bytes; none for a piggybacked ack).
+  void HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack_aux, const uint8_t* sack,
+                 uint32_t sack_len);
   void MarkAcked(Ctx& c, Peer& p, TxRecord& r);
   bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);
   bool ApplyEager(Ctx& c, Peer& p, const WireHeader& h,

@@ -14,6 +14,14 @@ void Engine::Impl::SendNew(Ctx& c, Peer& p, WireHeader h,
                            std::shared_ptr<OutMsg> msg) {
   FillHeader(c, p, &h);
   h.seq = p.next_seq++;
+  // Every sequenced packet carries our cumulative ack. When that says all an ACK
+  // would (no gap to report, no duplicate), the pending ACK is not sent.
+  h.flags |= kFlagAckPiggyback;
+  h.ack_seq = p.rx.cum();
+  if (p.acks->Pending() && p.dsack == kNoSeq && p.rx.highest() <= p.rx.cum()) {
+    p.acks->OnAckSent();
+    Bump(stats.acks_piggybacked);
+  }
   TxRecord r;
   r.h = h;
   r.msg = std::move(msg);
@@ -63,11 +71,13 @@ void Engine::Impl::Retransmit(Ctx& c, Peer& p, uint64_t seq,
     WireHeader nop;
     FillHeader(c, p, &nop);
     nop.type = static_cast<uint8_t>(PacketType::kNop);
+    nop.flags = kFlagAckPiggyback;
     nop.seq = r.h.seq;
     nop.message_id = r.h.message_id;
     r.h = nop;
     r.msg.reset();
   }
+  r.h.ack_seq = p.rx.cum();  // the ack it carries is today's
   p.sender->OnRetransmit(seq, now);
   Bump(stats.retransmits);
   Bump(stats.retransmitted_bytes, r.h.payload_length);
@@ -150,13 +160,12 @@ void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   Bump(stats.acks_sent);
 }
 
-void Engine::Impl::HandleAck(Ctx& c, Peer& p, const WireHeader& h,
-                             const uint8_t* sack) {
-  Bump(stats.acks_received);
+void Engine::Impl::HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack_aux,
+                             const uint8_t* sack, uint32_t sack_len) {
   ReliableSender& s = *p.sender;
   const ReliableSender::Counters before = s.counters();
-  const uint64_t dsack = h.aux == 0 ? kNoSeq : h.aux - 1;
-  const bool ok = s.OnAck(h.ack_seq, sack, h.payload_length, dsack, Clock::now(),
+  const uint64_t dsack = dsack_aux == 0 ? kNoSeq : dsack_aux - 1;
+  const bool ok = s.OnAck(ack_seq, sack, sack_len, dsack, Clock::now(),
                           [&](uint64_t seq) {
                             MarkAcked(c, p, p.unacked[seq - p.unacked_base]);
                           });

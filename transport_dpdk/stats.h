@@ -27,6 +27,9 @@ namespace transport {
   X(long_silences) X(long_silence_us)                                                   \
   X(duplicates)           /* seq already received (re-acked) */                          \
   X(acks_sent) X(acks_received)                                                          \
+  /* Acks carried in a sequenced packet that was going out anyway instead of an ACK */   \
+  /* of their own; piggybacked acks taken from the peer's packets. */                   \
+  X(acks_piggybacked) X(piggybacked_acks_received)                                      \
   X(eager_messages) X(rendezvous_messages)                                               \
   X(bad_token)       /* session token of another job */                                  \
   X(bad_context)     /* no such context on this device */                                \

@@ -114,6 +114,10 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
     return ParseError::kBadType;
   }
   if ((h->flags & ~uint16_t(kKnownFlags)) != 0) return ParseError::kBadFlags;
+  if ((h->flags & kFlagAckPiggyback) &&
+      ((h->flags & kFlagUnreliable) || h->type == static_cast<uint8_t>(PacketType::kAck))) {
+    return ParseError::kBadFlags;
+  }
   if (h->reserved != 0) return ParseError::kBadReserved;
   if (h->payload_length != len - kHeaderBytes) return ParseError::kBadLength;
   // Checksum: recompute with the field zeroed.

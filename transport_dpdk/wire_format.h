@@ -99,8 +99,13 @@ enum PacketFlags : uint16_t {
   kFlagAbsent = 1u << 5,
   // The checksum covers the header only (see the top of this file).
   kFlagHeaderChecksum = 1u << 6,
+  // A sequenced packet (not an ACK, not unreliable) whose ack_seq is its sender's
+  // cumulative ack: every packet below ack_seq from the receiver arrived. The
+  // receiver takes it as an ACK without SACK ranges, so an answer that is due
+  // anyway (a CREDIT, a reply) saves the ACK packet of its own.
+  kFlagAckPiggyback = 1u << 7,
   kKnownFlags = kFlagEager | kFlagBufferKind | kFlagUnreliable | kFlagLast | kFlagEstimated |
-                kFlagAbsent | kFlagHeaderChecksum,
+                kFlagAbsent | kFlagHeaderChecksum | kFlagAckPiggyback,
 };
 
 // Why a sender answers a repair request with kFlagAbsent (carried in aux).

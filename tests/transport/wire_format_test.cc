@@ -92,6 +92,36 @@ TEST(WireFormat, BoundedFlagsParse) {
   EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadFlags);
 }
 
+TEST(WireFormat, PiggybackedAckOnlyOnSequencedPackets) {
+  // A reliable DATA or CREDIT may carry its sender's cumulative ack; an ACK (which is one)
+  // or an unreliable packet (which nobody acks in order) may not.
+  WireHeader h = Sample();
+  h.type = static_cast<uint8_t>(PacketType::kData);
+  h.flags = kFlagEager | kFlagAckPiggyback;
+  h.offset = 0;
+  h.total_length = 8;
+  h.payload_length = 8;
+  h.ack_seq = 41;
+  WireHeader out;
+  auto d = Build(h, std::vector<uint8_t>(8, 3));
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  EXPECT_EQ(out.flags, h.flags);
+  EXPECT_EQ(out.ack_seq, 41u);
+  h.type = static_cast<uint8_t>(PacketType::kCredit);
+  h.flags = kFlagAckPiggyback;
+  h.payload_length = 0;
+  d = Build(h, {});
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  h.type = static_cast<uint8_t>(PacketType::kAck);
+  d = Build(h, {});
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadFlags);
+  h.type = static_cast<uint8_t>(PacketType::kData);
+  h.flags = kFlagUnreliable | kFlagAckPiggyback;
+  h.payload_length = 8;
+  d = Build(h, std::vector<uint8_t>(8, 3));
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadFlags);
+}
+
 TEST(WireFormat, RepairRangesAreLittleEndianAndRoundTrip) {
   const std::vector<RepairRange> ranges = {{0, 1}, {0x0102030405060708ull, ~0ull}};
   std::vector<uint8_t> body(ranges.size() * kRepairRangeBytes);
