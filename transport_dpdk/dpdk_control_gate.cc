@@ -27,6 +27,8 @@ struct ControlGate::State {
   bool parked = false;  // the interrupt thread is inside Park
   int users = 0;        // passes held
   uint64_t parks = 0;
+  uint64_t deferrals = 0;            // round ends put off because a pass was held
+  uint64_t closes_with_pass_held = 0;  // rounds that closed the gate on a held pass
   std::chrono::microseconds period = kParkPeriod;
   bool traffic = false;     // NoteTraffic since the last round
   bool connecting = false;  // NoteConnecting since the last round
@@ -95,10 +97,22 @@ void ControlGate::Park(void* arg) {
              : s.traffic  ? kParkPeriod
                           : std::min(2 * s.period, kIdleParkPeriod);
   s.traffic = s.connecting = false;
-  const auto until = std::chrono::steady_clock::now() + s.period;
+  auto until = std::chrono::steady_clock::now() + s.period;
   while (s.sleep_cv.wait_until(lock, until) != std::cv_status::timeout) {
   }
+  // Leave at a moment no burst is in progress: the gate is then closed only while this
+  // thread runs back to its next round. Closing it while a pass is held would keep it
+  // closed until the holder finishes and this thread is scheduled again, which on a
+  // host with more busy threads than cores takes far longer than the burst.
+  const auto defer_until = until + kDeferLimit;
+  while (s.users > 0 && std::chrono::steady_clock::now() < defer_until) {
+    ++s.deferrals;
+    until = std::chrono::steady_clock::now() + kDeferRetry;
+    while (s.sleep_cv.wait_until(lock, until) != std::cv_status::timeout) {
+    }
+  }
   s.parked = false;
+  if (s.users > 0) ++s.closes_with_pass_held;
   // Bursts in progress finish before this thread may run a control handler.
   s.users_cv.wait(lock, [&] { return s.users == 0; });
 }
@@ -136,6 +150,16 @@ void ControlGate::NoteConnecting() {
 uint64_t ControlGate::parks() const {
   std::lock_guard<std::mutex> lock(s_->mu);
   return s_->parks;
+}
+
+uint64_t ControlGate::deferrals() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->deferrals;
+}
+
+uint64_t ControlGate::closes_with_pass_held() const {
+  std::lock_guard<std::mutex> lock(s_->mu);
+  return s_->closes_with_pass_held;
 }
 
 }  // namespace dpdk

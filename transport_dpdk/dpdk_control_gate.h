@@ -16,9 +16,16 @@
 // handler (nor any other interrupt callback) runs during a memif burst. When
 // the period ends, the callback waits for bursts in progress to finish,
 // returns, the thread serves whatever else is ready (a disconnect unmaps only
-// then) and parks again at once. Control events so wait at most about two
-// periods; datapath calls made while the thread is out skip the memif ports
-// (nothing is received, frames wait in the TX backlog). The period is
+// then) and parks again at once. A period that ends while a pass is held is
+// extended in steps of kDeferRetry until no pass is held (at most kDeferLimit,
+// then the thread closes the gate and waits for the holder): the gate closes
+// only at a moment no burst runs, so it stays closed just while the interrupt
+// thread, already running, goes round its loop, and not while that thread
+// waits to be scheduled again after a holder finishes (on a host with more
+// busy threads than cores that took hundreds of microseconds per round).
+// Control events so wait at most about two periods plus kDeferLimit; datapath
+// calls made while the thread is out skip the memif ports (nothing is
+// received, frames wait in the TX backlog). The period is
 // kParkPeriod while frames move and doubles up to kIdleParkPeriod while none
 // do, so an idle process wakes its interrupt thread rarely; it is
 // kConnectParkPeriod while a memif link is still connecting.
@@ -42,6 +49,10 @@ class ControlGate {
   static constexpr std::chrono::microseconds kIdleParkPeriod{8000};
   // While a memif link connects: its handshake takes one message per round at best.
   static constexpr std::chrono::microseconds kConnectParkPeriod{100};
+  // A period ending while a pass is held is extended by this, again while one is
+  // held, for at most kDeferLimit in all (a burst takes microseconds).
+  static constexpr std::chrono::microseconds kDeferRetry{50};
+  static constexpr std::chrono::milliseconds kDeferLimit{100};
 
   // The process's gate, installed in the EAL interrupt thread on the first call
   // (the EAL must be initialised). Thread-safe.
@@ -85,6 +96,10 @@ class ControlGate {
 
   // Rounds the interrupt thread has been parked (tests, diagnostics).
   uint64_t parks() const;
+  // Times a round's end was put off because a pass was held (kDeferRetry each).
+  uint64_t deferrals() const;
+  // Rounds that closed the gate while a pass was still held (after kDeferLimit).
+  uint64_t closes_with_pass_held() const;
 
  private:
   ControlGate() = default;
