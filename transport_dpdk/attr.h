@@ -25,7 +25,9 @@ struct EngineOptions {
   // the receive buffer among the context's peers (incast).
   size_t window_bytes = 4 << 20;
   // Backoff of the progress thread on backends whose waits are timers only
-  // (DPDK ports): spin this long after the last work, then sleep doubling up to
+  // (DPDK ports): spin this long after the last work (each empty poll of the spin
+  // yields the core to any other runnable thread: with more busy threads than
+  // cores, those produce what is polled for), then sleep doubling up to
   // max_sleep. On backends whose wait returns when a datagram arrives (udp,
   // loop: PacketIo::WakesOnInput) it spins input_spin (default none: on a host
   // with fewer cores than busy threads a spinning progress thread takes the

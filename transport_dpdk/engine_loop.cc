@@ -4,6 +4,7 @@
 #include "transport_dpdk/engine_impl.h"
 
 #include <pthread.h>
+#include <sched.h>
 
 #include <algorithm>
 
@@ -64,7 +65,16 @@ void Engine::Impl::Run() {
         if (wait.count() > 0) sleeping_until = now + wait;
       }
     }
-    if (wait.count() <= 0) continue;
+    if (wait.count() <= 0) {
+      // Spinning: give the core to any other runnable thread first (the application's,
+      // a peer rank's), which on a host with more busy threads than cores is who
+      // produces the input being polled for.
+      if (!worked && !opts.busy_poll) {
+        Bump(stats.progress_yields);
+        sched_yield();
+      }
+      continue;
+    }
     Bump(stats.progress_sleeps);
     const auto t0 = Clock::now();
     io->WaitForInput(wait);

@@ -32,7 +32,7 @@ std::string Stats::ToString() const {
       pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
       peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
       " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped,
-      "; polls ", progress_polls, " sleeps ", progress_sleeps, " woken by input ",
+      "; polls ", progress_polls, " (yielded ", progress_yields, ") sleeps ", progress_sleeps, " woken by input ",
       sleeps_woken_by_input, " late input ", late_inputs, "; closes confirmed ", closes_confirmed, " lingered ", closes_lingered);
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {

@@ -63,6 +63,8 @@ namespace transport {
   /* datagram's arrival); sleeps that ran to their timeout and then found input */     \
   /* (only backends without input wake-ups should have many). */                       \
   X(progress_polls) X(progress_sleeps) X(sleeps_woken_by_input) X(late_inputs)         \
+  /* Polls of a spin (no sleep after them) that found nothing and yielded the core. */ \
+  X(progress_yields)                                                                    \
   /* Destroyed contexts released once every peer confirmed it needs nothing more */    \
   /* from them (close probe answered), and those released only after the quiet */      \
   /* linger or its cap. */                                                             \
