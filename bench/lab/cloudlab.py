@@ -96,6 +96,10 @@ def cleanup_leftovers(owner_pid=None):
 # only, 124 bytes) fit as well. Data packets are MTU-sized; only a message's last packet
 # can be as small.
 DEFAULT_ACK_MAX_LEN = 200
+# The burst pattern's idle bound: a packet that arrives this long after its link's previous
+# one meets the good state (drop.c explains why). Longer than the gaps between a busy
+# flow's packets, shorter than any retransmission timeout.
+BURST_IDLE_US = 1000
 # The smallest threshold that can hold an IPv4 packet (a bare IPv4 header).
 MIN_ACK_MAX_LEN = 20
 
@@ -106,7 +110,8 @@ class DropPattern:
 
       random          every IPv4 packet independently with probability P
       burst:B         Gilbert-Elliott: on average a share P of the packets, lost in runs
-                      of B packets on average (B >= 1; P < B / (B + 1))
+                      of B packets on average (B >= 1; P < B / (B + 1)); a run also ends
+                      when the link has been idle for BURST_IDLE_US
       acks[:MAXLEN]   only packets of at most MAXLEN bytes (IPv4 total length, default
                       DEFAULT_ACK_MAX_LEN: pure ACKs and our acks), each with probability P
     """
@@ -183,7 +188,8 @@ class DropPattern:
             good_to_bad = 0 if prob == 0 else prob / (self.burst_len * (1 - prob))
             return ["-DDROP_PATTERN=1",
                     "-DGOOD_TO_BAD_PPM=%d" % int(round(min(1.0, good_to_bad) * 1e6)),
-                    "-DBAD_TO_GOOD_PPM=%d" % int(round(1e6 / self.burst_len))]
+                    "-DBAD_TO_GOOD_PPM=%d" % int(round(1e6 / self.burst_len)),
+                    "-DBURST_IDLE_NS=%d" % (BURST_IDLE_US * 1000)]
         if self.kind == "acks":
             return ["-DDROP_PATTERN=2", "-DDROP_PPM=%d" % ppm, "-DMAX_LEN=%d" % self.max_len]
         return ["-DDROP_PATTERN=0", "-DDROP_PPM=%d" % ppm]
