@@ -15,9 +15,11 @@
 //                            previous one meets the good state: a loss episode is a stretch
 //                            of the wire's time, and a sender that went quiet (waiting for
 //                            a retransmission timeout) has left it. Without that bound a
-//                            chain counted in packets keeps a quiet flow's every
-//                            retransmission in the bad state: a TCP sender backing off its
-//                            timeout from 200 ms would wait about a minute for B of them.
+//                            chain counted in packets keeps a quiet flow's retransmissions
+//                            in the bad state: a TCP sender needs about B of them to leave
+//                            it, a minute of timeout backoff from 200 ms at B = 8. Cut
+//                            bursts make the injected share somewhat smaller than P on links
+//                            that idle often (drop_counts() measures it).
 //   DROP_PATTERN 2 (small):  each packet whose IPv4 total length is at most MAX_LEN bytes
 //                            with probability DROP_PPM / 1e6; larger packets always pass.
 //                            Pure TCP ACKs and the engine's ack datagrams are small, data
