@@ -248,7 +248,8 @@ def section_loss(a, d):
     lines = stamp(shown) + [
         "One run per (P, PATTERN): no --drop; 0.001 and 0.01 random (each packet "
         "independently); 0.01 burst:8 (Gilbert-Elliott, runs of 8 packets on average); 0.05 "
-        "acks (only packets of at most %d bytes: pure TCP ACKs and our acks, never data). "
+        "acks (only packets of at most %d bytes: acks and small control packets, never "
+        "MTU-sized data). "
         "%d ranks, one network namespace each, %.3g MiB buffers, %d timed iterations per row "
         "after 25 warm-up, OptiReduce start grace learned, no straggler." %
         (cloudlab.DEFAULT_ACK_MAX_LEN, 2 if a.quick else 4, elements * 4 / 2.0**20, iters), ""]
