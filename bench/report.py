@@ -9,7 +9,7 @@ builds first, then runs this).
 Sections (folder under --results):
   demo       the main job's table (bench/demo.py): lab as root, else the local comparison
   sweep      optireduce-sweep: p50/p99 per size, Gloo's TCP vs our UDP and DPDK transports
-  loss       lab.py experiment under 0, 0.1% and 1% per-packet loss (root only)
+  loss       lab.py experiment: 0, 0.1%, 1% random loss; 1% in bursts; 5% of acks (root only)
   straggler  lab.py experiment with an occasional and a every-iteration straggler (root only)
   latency    latency_bench: small messages, barrier, setup and teardown, Gloo's TCP vs ours
   failure    peer_death_bench: a peer's death to the survivors' exception, Gloo's TCP vs ours
@@ -35,6 +35,8 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
+sys.path.insert(0, os.path.join(HERE, "lab"))
+import cloudlab  # noqa: E402  (bench/lab/cloudlab.py: the lab's drop patterns)
 SECTIONS = ["demo", "sweep", "loss", "straggler", "latency", "failure", "tta"]
 TITLES = {
     "demo": "The main job: one allreduce under loss and a straggler",
@@ -189,7 +191,7 @@ def size_label(b):
     return "%d MiB" % (b >> 20) if b >= 1 << 20 else "%d KiB" % (b >> 10)
 
 
-def lab_experiment(a, d, tag, drop, envs, iterations, elements):
+def lab_experiment(a, d, tag, drop, envs, iterations, elements, pattern="random"):
     out = os.path.join(d, tag)
     cmd = [PY, os.path.join(HERE, "lab", "lab.py"), "experiment", "--ranks",
            "2" if a.quick else "4", "--elements", str(elements), "--iterations",
@@ -199,6 +201,8 @@ def lab_experiment(a, d, tag, drop, envs, iterations, elements):
         cmd += ["--env", e]
     if drop:
         cmd += ["--drop", "all:%g" % drop]
+        if pattern != "random":
+            cmd += ["--drop-pattern", pattern]
     os.makedirs(out)
     env = dict(os.environ, OPTIREDUCE_START_GRACE="learned")
     run(cmd, os.path.join(out, "log.txt"), env=env)
@@ -218,26 +222,42 @@ def sizes(a):
     return (262144, 20) if a.quick else (4194304, 100)
 
 
+# The loss section's runs: (environment name, P, --drop-pattern). Random loss at three
+# rates, then the same 1% in bursts of 8 packets on average, then 5% of the small packets
+# only (acks: pure TCP ACKs and our ack datagrams; data packets pass).
+LOSS_RUNS = [("loss0%", 0.0, "random"), ("loss0.1%", 0.001, "random"),
+             ("loss1%", 0.01, "random"), ("burst1%", 0.01, "burst:8"),
+             ("acks5%", 0.05, "acks")]
+
+
 def section_loss(a, d):
     if os.geteuid() != 0:
         return need_root("loss")
     elements, iters = sizes(a)
     lines, allrows = [], []
-    for p in (0.0, 0.001, 0.01):
-        tag = "loss%g" % (100 * p)
-        cmd, summary = lab_experiment(a, d, tag, p, ["loss%g%%:0" % (100 * p)], iters, elements)
+    for env, p, pattern in LOSS_RUNS:
+        cmd, summary = lab_experiment(a, d, env.replace("%", ""), p, ["%s:0" % env], iters,
+                                      elements, pattern)
         for r in summary:
             r["loss"] = p
+            r["pattern"] = pattern
         allrows += summary
-    lines = stamp(cmd[:-2] + ["--drop", "all:P"]) + [
-        "P = 0 (no --drop), 0.001, 0.01, one run each; %d ranks, one network namespace "
-        "each, %.3g MiB buffers, %d timed iterations per row after 25 warm-up, OptiReduce "
-        "start grace learned, no straggler." % (2 if a.quick else 4, elements * 4 / 2.0**20,
-                                                iters), ""]
+        if pattern == "random" and p:
+            shown = cmd[:cmd.index("--env")] + ["--env", "NAME:0", "--drop", "all:P",
+                                                "--drop-pattern", "PATTERN"]
+    lines = stamp(shown) + [
+        "One run per (P, PATTERN): no --drop; 0.001 and 0.01 random (each packet "
+        "independently); 0.01 burst:8 (Gilbert-Elliott, runs of 8 packets on average); 0.05 "
+        "acks (only packets of at most %d bytes: acks and small control packets, never "
+        "MTU-sized data). "
+        "%d ranks, one network namespace each, %.3g MiB buffers, %d timed iterations per row "
+        "after 25 warm-up, OptiReduce start grace learned, no straggler." %
+        (cloudlab.DEFAULT_ACK_MAX_LEN, 2 if a.quick else 4, elements * 4 / 2.0**20, iters), ""]
     lines += md_table(["loss"] + LAB_HEADER, lab_rows_md(allrows, by_env=True))
     write_rows(os.path.join(d, "loss.csv"), allrows)
-    plot_vs_loss(allrows, os.path.join(d, "p99_vs_loss.png"))
-    lines += ["", "![p99 per loss rate](%s)" % rel_link(a, d, "p99_vs_loss.png"), "",
+    plot_vs_loss([r for r in allrows if r["pattern"] == "random"],
+                 os.path.join(d, "p99_vs_loss.png"))
+    lines += ["", "![p99 per random loss rate](%s)" % rel_link(a, d, "p99_vs_loss.png"), "",
               "CSV: [all rows](%s); every iteration in each run's samples.csv." %
               rel_link(a, d, "loss.csv")]
     return lines

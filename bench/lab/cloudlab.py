@@ -1,6 +1,6 @@
 """A one-host "cloud": ranks in network namespaces joined by veth pairs to a Linux bridge,
-with injected loss (tc eBPF random drop), rate limits (tbf), background allreduce traffic
-and stragglers. Needs root, iproute2 and (for loss) clang.
+with injected loss (tc eBPF drop: random, in bursts or of small packets only), rate limits
+(tbf), background allreduce traffic and stragglers. Needs root, iproute2 and (for loss) clang.
 
 Everything a Lab creates is named with its prefix ``orl-<pid>-`` (namespaces) or
 ``orl<pid>`` (links while they are in the root namespace) and is removed by close(), which
@@ -85,6 +85,121 @@ def cleanup_leftovers(owner_pid=None):
             run(["ip", "link", "del", link], check=False)
             removed.append(link)
     return removed
+
+
+# The ack-path pattern's default size threshold (IPv4 total length, bytes). Every pure TCP
+# ACK fits: 20 bytes of IP and at most 60 of TCP header with options (timestamps, SACK
+# blocks). So does every ack datagram of our engine up to a 76-byte selective-ack bitmap:
+# 20 (IP) + 8 (UDP) + 96 (our header, transport_dpdk/wire_format.h) + bitmap, one bit per
+# packet past the cumulative ack, i.e. a 4 MiB window of jumbo-frame packets (the lab's
+# MTU) with room to spare. Our other control datagrams (RTS, credit, liveness: header
+# only, 124 bytes) fit as well. Data packets are MTU-sized; only a message's last packet
+# can be as small.
+DEFAULT_ACK_MAX_LEN = 200
+# The burst pattern's idle bound: a packet that arrives this long after its link's previous
+# one meets the good state (drop.c explains why). Longer than the gaps between a busy
+# flow's packets, shorter than any retransmission timeout.
+BURST_IDLE_US = 1000
+# The smallest threshold that can hold an IPv4 packet (a bare IPv4 header).
+MIN_ACK_MAX_LEN = 20
+
+
+class DropPattern:
+    """How a link's injected loss falls on its packets (the drop probability P is given
+    separately, per link):
+
+      random          every IPv4 packet independently with probability P
+      burst:B         Gilbert-Elliott: on average a share P of the packets, lost in runs
+                      of B packets on average (B >= 1; P < B / (B + 1)); a run also ends
+                      when the link has been idle for BURST_IDLE_US
+      acks[:MAXLEN]   only packets of at most MAXLEN bytes (IPv4 total length, default
+                      DEFAULT_ACK_MAX_LEN: pure ACKs and our acks), each with probability P
+    """
+
+    KINDS = ("random", "burst", "acks")
+
+    def __init__(self, kind="random", burst_len=None, max_len=None):
+        if kind not in self.KINDS:
+            raise ValueError("drop pattern '%s' is not one of %s" % (kind, ", ".join(self.KINDS)))
+        if kind == "burst":
+            if burst_len is None or not 1 <= burst_len <= 1e6:
+                raise ValueError("burst drop pattern: mean burst length must be in [1, 1e6] "
+                                 "packets, got %r" % (burst_len,))
+        elif burst_len is not None:
+            raise ValueError("a burst length is only for the burst drop pattern")
+        if kind == "acks":
+            max_len = DEFAULT_ACK_MAX_LEN if max_len is None else max_len
+            if not MIN_ACK_MAX_LEN <= max_len <= 65535:
+                raise ValueError("acks drop pattern: MAXLEN must be %d..65535 bytes (IPv4 "
+                                 "total length), got %r" % (MIN_ACK_MAX_LEN, max_len))
+        elif max_len is not None:
+            raise ValueError("a size threshold is only for the acks drop pattern")
+        self.kind = kind
+        self.burst_len = burst_len
+        self.max_len = max_len
+
+    @classmethod
+    def parse(cls, text):
+        """'random', 'burst:B' or 'acks[:MAXLEN]' -> DropPattern; ValueError naming the
+        problem otherwise."""
+        kind, colon, value = text.partition(":")
+        if kind == "random":
+            if colon:
+                raise ValueError("drop pattern '%s': random takes no value" % text)
+            return cls()
+        if kind == "burst":
+            if not value:
+                raise ValueError("drop pattern '%s': give the mean burst length in packets, "
+                                 "e.g. burst:8" % text)
+            try:
+                b = float(value)
+            except ValueError:
+                raise ValueError("drop pattern '%s': mean burst length '%s' is not a number"
+                                 % (text, value))
+            return cls("burst", burst_len=b)
+        if kind == "acks":
+            if not colon:
+                return cls("acks")
+            try:
+                n = int(value)
+            except ValueError:
+                raise ValueError("drop pattern '%s': MAXLEN '%s' is not a whole number of "
+                                 "bytes" % (text, value))
+            return cls("acks", max_len=n)
+        raise ValueError("drop pattern '%s': expected random, burst:B or acks[:MAXLEN]" % text)
+
+    def check(self, prob):
+        """Raises ValueError when this pattern cannot lose a share prob of the packets."""
+        if not 0 <= prob <= 1:
+            raise ValueError("drop probability must be in [0, 1], got %r" % prob)
+        if self.kind == "burst" and prob > 0:
+            # good->bad = P / (B (1 - P)) must be a probability.
+            limit = self.burst_len / (self.burst_len + 1)
+            if prob > limit:
+                raise ValueError("burst drop pattern: with mean burst length %g the average "
+                                 "loss must be at most B/(B+1) = %.4g, got %r" %
+                                 (self.burst_len, limit, prob))
+
+    def defines(self, prob):
+        """The clang -D flags that build drop.c for this pattern at probability prob."""
+        self.check(prob)
+        ppm = int(round(prob * 1e6))
+        if self.kind == "burst":
+            good_to_bad = 0 if prob == 0 else prob / (self.burst_len * (1 - prob))
+            return ["-DDROP_PATTERN=1",
+                    "-DGOOD_TO_BAD_PPM=%d" % int(round(min(1.0, good_to_bad) * 1e6)),
+                    "-DBAD_TO_GOOD_PPM=%d" % int(round(1e6 / self.burst_len)),
+                    "-DBURST_IDLE_NS=%d" % (BURST_IDLE_US * 1000)]
+        if self.kind == "acks":
+            return ["-DDROP_PATTERN=2", "-DDROP_PPM=%d" % ppm, "-DMAX_LEN=%d" % self.max_len]
+        return ["-DDROP_PATTERN=0", "-DDROP_PPM=%d" % ppm]
+
+    def __str__(self):
+        if self.kind == "burst":
+            return "burst:%g" % self.burst_len
+        if self.kind == "acks":
+            return "acks:%d" % self.max_len
+        return "random"
 
 
 def _bpf_include_flags():
@@ -173,28 +288,31 @@ class Lab:
         return self.ns + [self.bridge_ns]
 
     # ---- knobs ----------------------------------------------------------------------
-    def _drop_obj(self, ppm):
-        if ppm not in self._bpf_objs:
-            obj = os.path.join(self.tmp, "drop_%d.o" % ppm)
-            run(["clang", "-O2", "-target", "bpf"] + _bpf_include_flags() +
-                ["-DDROP_PPM=%d" % ppm, "-c", os.path.join(HERE, "drop.c"), "-o", obj])
-            self._bpf_objs[ppm] = obj
-        return self._bpf_objs[ppm]
+    def _drop_obj(self, prob, pattern):
+        defines = pattern.defines(prob)
+        key = " ".join(defines)
+        if key not in self._bpf_objs:
+            obj = os.path.join(self.tmp, "drop_%d.o" % len(self._bpf_objs))
+            # -g: the BTF that tc's libbpf loader needs to create the burst pattern's map.
+            run(["clang", "-O2", "-g", "-target", "bpf"] + _bpf_include_flags() + defines +
+                ["-c", os.path.join(HERE, "drop.c"), "-o", obj])
+            self._bpf_objs[key] = obj
+        return self._bpf_objs[key]
 
-    def set_drop(self, rank, prob, direction="in"):
-        """Random loss with probability `prob` on rank's link: 'in' (to the rank: single
-        packets when wire_segments), 'out' (from the rank, before the bridge segments its
-        bursts) or 'both'."""
-        if not 0 <= prob <= 1:
-            raise ValueError("drop probability must be in [0, 1], got %r" % prob)
-        obj = self._drop_obj(int(round(prob * 1e6)))
+    def set_drop(self, rank, prob, direction="in", pattern=None):
+        """Loss with probability `prob` on rank's link, distributed as `pattern` (a
+        DropPattern; default random): 'in' (to the rank: single packets when
+        wire_segments), 'out' (from the rank, before the bridge segments its bursts) or
+        'both'. Each link gets its own program instance (and burst state)."""
+        pattern = pattern or DropPattern()
+        if direction not in ("in", "out", "both"):
+            raise ValueError("direction must be in, out or both, got %r" % direction)
+        obj = self._drop_obj(prob, pattern)
         targets = []
         if direction in ("in", "both"):
             targets.append((self.ns[rank], "eth0"))
         if direction in ("out", "both"):
             targets.append((self.bridge_ns, "p%d" % rank))
-        if not targets:
-            raise ValueError("direction must be in, out or both, got %r" % direction)
         for ns, dev in targets:
             self.tc_in(ns, ["qdisc", "replace", "dev", dev, "clsact"])
             self.tc_in(ns, ["filter", "replace", "dev", dev, "ingress", "prio", "1", "handle", "1",
@@ -202,8 +320,8 @@ class Lab:
 
     def drop_counts(self):
         """(packets, dropped) summed over every link with a drop program: the packets that
-        met the random drop and those it lost, from the clsact qdiscs' counters (they count
-        a dropped packet in both)."""
+        met the drop program (whatever its pattern) and those it lost, from the clsact
+        qdiscs' counters (they count a dropped packet in both)."""
         packets = dropped = 0
         for ns in self.all_names():
             out = run(["ip", "netns", "exec", ns, "tc", "-s", "-j", "qdisc", "show"],

@@ -4,6 +4,7 @@ network namespace, with injected loss, rate limits, background allreduce jobs an
 stragglers. Always tears everything down (also on failure and Ctrl-C).
 
   lab.py bench --ranks 4 --bg 2 --drop all:0.01 allreduce_ring --elements 1000000
+  lab.py bench --drop all:0.01 --drop-pattern burst:8 allreduce_ring --elements 1000000
   lab.py run --ranks 2 -- /bin/sh -c 'echo rank {rank} of {size} at {ip}'
   lab.py calibrate --ranks 4 --bg-list 0,1,2,4,8 --csv calib.csv
   lab.py experiment --ranks 4 --env ideal:0 --env p15:2 --env p3:6 --out results/
@@ -50,15 +51,42 @@ def make_lab(args):
                         pin_cpus=args.pin)
 
 
-def apply_knobs(lab, args):
+def drop_pattern(args):
+    """--drop-pattern -> cloudlab.DropPattern (SystemExit naming the problem)."""
+    try:
+        return cloudlab.DropPattern.parse(args.drop_pattern)
+    except ValueError as e:
+        raise SystemExit("error: --drop-pattern: %s" % e)
+
+
+def drop_specs(args, ranks):
+    """Every --drop as (ranks, probability), checked against --drop-pattern (SystemExit
+    naming the problem)."""
+    pattern = drop_pattern(args)
+    if pattern.kind != "random" and not args.drop:
+        raise SystemExit("error: --drop-pattern %s needs --drop RANKS:P (the loss it "
+                         "distributes)" % args.drop_pattern)
+    specs = []
     for spec in args.drop or []:
-        rs, v = parse_rank_spec(spec, lab.ranks, "--drop")
+        rs, v = parse_rank_spec(spec, ranks, "--drop")
         try:
             p = float(v)
         except ValueError:
             raise SystemExit("error: --drop '%s': probability must be a number in [0, 1]" % spec)
+        try:
+            pattern.check(p)
+        except ValueError as e:
+            raise SystemExit("error: --drop '%s' with --drop-pattern %s: %s" %
+                             (spec, args.drop_pattern, e))
+        specs.append((rs, p))
+    return specs
+
+
+def apply_knobs(lab, args):
+    pattern = drop_pattern(args)
+    for rs, p in drop_specs(args, lab.ranks):
         for r in rs:
-            lab.set_drop(r, p, args.drop_direction)
+            lab.set_drop(r, p, args.drop_direction, pattern)
     for spec in args.rate or []:
         rs, v = parse_rank_spec(spec, lab.ranks, "--rate")
         for r in rs:
@@ -385,7 +413,15 @@ def build_parser():
     def common(p):
         p.add_argument("--ranks", type=int, default=4, help="ranks (namespaces), default 4")
         p.add_argument("--drop", action="append", metavar="RANKS:P",
-                       help="random loss, e.g. all:0.01 or 1,2:0.05 (tc eBPF); repeatable")
+                       help="loss, e.g. all:0.01 or 1,2:0.05 (tc eBPF; see --drop-pattern); "
+                            "repeatable")
+        p.add_argument("--drop-pattern", default="random", metavar="PATTERN",
+                       help="how --drop's loss falls on the packets: random (default: each "
+                            "packet independently), burst:B (Gilbert-Elliott: the same "
+                            "average loss in runs of B packets on average), acks[:MAXLEN] "
+                            "(only packets of at most MAXLEN bytes of IPv4 total length, "
+                            "default %d: pure TCP ACKs and our acks, never MTU-sized data)"
+                            % cloudlab.DEFAULT_ACK_MAX_LEN)
         p.add_argument("--drop-direction", choices=["in", "out", "both"], default="in",
                        help="in (default): packets entering the rank, one at a time (the "
                             "bridge segments bursts first), so every packet crosses one drop; "
@@ -474,6 +510,8 @@ def main(argv=None):
         args.command = args.command[1:]
     if getattr(args, "harness_args", None) and args.harness_args[:1] == ["--"]:
         args.harness_args = args.harness_args[1:]
+    if args.cmd != "cleanup":
+        drop_specs(args, args.ranks)  # bad --drop/--drop-pattern: refused before any lab
     if args.cmd != "cleanup" and args.cmd != "run" and not os.access(args.bench_bin, os.X_OK):
         raise SystemExit("error: --bench-bin %s is not an executable (build optireduce-bench first)"
                          % args.bench_bin)

@@ -61,7 +61,10 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
         assert (results / "loss" / "p99_vs_loss.png").stat().st_size > 0
         with open(results / "loss" / "loss.csv") as f:
             rows = list(csv.DictReader(f))
-        assert len(rows) == 9 and {r["loss"] for r in rows} == {"0.0", "0.001", "0.01"}
+        assert len(rows) == 15 and {r["loss"] for r in rows} == {"0.0", "0.001", "0.01", "0.05"}
+        assert {(r["loss"], r["pattern"]) for r in rows} == {
+            ("0.0", "random"), ("0.001", "random"), ("0.01", "random"), ("0.01", "burst:8"),
+            ("0.05", "acks")}, rows
         assert (results / "straggler" / "lab" / "cdf.png").stat().st_size > 0
     else:
         assert "needs root" in text
