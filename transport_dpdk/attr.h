@@ -29,16 +29,15 @@ struct EngineOptions {
   // yields the core to any other runnable thread: with more busy threads than
   // cores, those produce what is polled for), then sleep doubling up to
   // max_sleep. On backends whose wait returns when a datagram arrives (udp,
-  // loop: PacketIo::WakesOnInput) it spins input_spin (default none: on a host
-  // with fewer cores than busy threads a spinning progress thread takes the
-  // core the application or a peer needs) and then sleeps until its next timer
-  // (at most max_sleep). After kIdleAfter (100 ms) without work the device is
+  // loop: PacketIo::WakesOnInput) it spins input_spin, yielding the same way
+  // (an answer that comes within it is taken without a wake-up of the thread),
+  // and then sleeps until its next timer (at most max_sleep). After kIdleAfter (100 ms) without work the device is
   // idle: a timer-only backend sleeps up to idle_sleep between polls (input that
   // arrives meanwhile waits that long, but a user's post wakes the thread at
   // once), an input-waking one until its next timer or liveness check (at most
   // 50 ms). An idle device so costs a few wake-ups per 10 ms, not one per ms.
   std::chrono::microseconds spin{100};
-  std::chrono::microseconds input_spin{0};
+  std::chrono::microseconds input_spin{50};
   std::chrono::microseconds max_sleep{1000};
   std::chrono::microseconds idle_sleep{4000};
   bool busy_poll = false;  // never sleep (dedicated cores only)

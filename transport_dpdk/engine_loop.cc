@@ -23,8 +23,9 @@ void Engine::Impl::Run() {
     thread_clock = cid;
     have_clock = true;
   }
-  // Backends whose wait returns on input need no spin and no doubling: the thread sleeps
-  // until its next timer and a datagram (or Wake) ends the sleep.
+  // Backends whose wait returns on input need no doubling: after a short spin (an answer
+  // that comes within it costs no wake-up) the thread sleeps until its next timer and a
+  // datagram (or Wake) ends the sleep.
   const us spin = wakes_on_input ? opts.input_spin : opts.spin;
   auto last_work = Clock::now();
   us sleep = us(16);

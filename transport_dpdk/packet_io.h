@@ -92,8 +92,9 @@ class PacketIo {
 
   // True if WaitForInput returns as soon as a datagram arrives (udp: ppoll on the socket;
   // loop: its queue's condition variable), so the engine's progress thread may sleep until
-  // its next timer without spinning first. False: waits are timers only (DPDK ports have
-  // no descriptor to wait on in general), and the engine spins briefly after work.
+  // its next timer (after EngineOptions::input_spin). False: waits are timers only (DPDK
+  // ports have no descriptor to wait on in general), and the engine spins after work and
+  // then sleeps for doubling timeouts.
   virtual bool WakesOnInput() const { return false; }
 
   // True if this link never delivers a datagram whose bytes changed on the way

@@ -61,6 +61,7 @@ void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
 TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
   transport::EngineOptions engine;
   engine.max_sleep = std::chrono::milliseconds(200);
+  engine.input_spin = std::chrono::microseconds(0);  // every wait is a sleep
   // Liveness checks are timers too (a posted receive's source is first judged
   // dead_after / 1000 later): with a 60 s bound they come 50 ms apart, so the sleeps
   // measured here end by an arrival or not at all.
