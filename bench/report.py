@@ -312,7 +312,8 @@ def section_failure(a, d):
     run(cmd, log)
     with open(log) as f:
         table = [l.rstrip("\n") for l in f if l.startswith("|")]
-    lines = stamp([rel_bin(c) for c in cmd]) + [
+    shown = [rel_bin(c) for c in cmd[:-1]] + ["--csv=" + rel(csv_path)]
+    lines = stamp(shown) + [
         "3 ranks (processes on one host), an allreduce loop, rank 2 dies between collectives "
         "(SIGKILL; SIGSTOP: a process that stops answering, no FIN, no ICMP), op timeout "
         "120 s; time from the death to each survivor's gloo::IoException. A killed "
