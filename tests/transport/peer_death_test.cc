@@ -140,7 +140,7 @@ INSTANTIATE_TEST_SUITE_P(Udp, PeerDeathByProbe,
 // polls on dpdk and until its next timer on udp; a spinning thread polls hundreds of
 // thousands of times), the DPDK control gate parks the EAL interrupt thread at most 1000
 // times a second (connect-speed rounds of 0.1 ms for a lost link would be 10000), and the
-// whole process uses under 5% of a core (CPU time).
+// device's progress thread (udp: the whole process) uses under 5% of a core (CPU time).
 class PeerDeathIdle : public PeerDeath {};
 
 TEST_P(PeerDeathIdle, DeviceWithADeadPeerWakesRarely) {
@@ -170,7 +170,9 @@ TEST_P(PeerDeathIdle, DeviceWithADeadPeerWakesRarely) {
       ASSERT_GE(gate_rounds, 0) << figures;
       EXPECT_LT(gate_rounds / wall, 1000) << figures;
     }
-    EXPECT_LT(process / wall, 0.05) << figures;
+    // The device's own thread: under 5% of a core. (On dpdk the process also runs the
+    // EAL's interrupt thread, whose wake-ups the gate-round bound above limits.)
+    EXPECT_LT((device == "dpdk" ? thread : process) / wall, 0.05) << figures;
     RecordProperty("cpu_share_rank" + std::to_string(r), std::to_string(process / wall));
     std::cerr << figures << "\n";
   }
