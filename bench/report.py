@@ -251,9 +251,16 @@ def section_loss(a, d):
         "acks (only packets of at most %d bytes: acks and small control packets, never "
         "MTU-sized data). "
         "%d ranks, one network namespace each, %.3g MiB buffers, %d timed iterations per row "
-        "after 25 warm-up, OptiReduce start grace learned, no straggler." %
+        "after 25 warm-up, OptiReduce start grace learned, no straggler. Resent / dropped: "
+        "packets the ranks' transports resent over the run (Gloo TCP: the kernel's "
+        "RetransSegs; ours: the engine's retransmissions and probes; OptiReduce mode "
+        "repairs instead) over the packets the drop lost (a lost ack needs no resend)." %
         (cloudlab.DEFAULT_ACK_MAX_LEN, 2 if a.quick else 4, elements * 4 / 2.0**20, iters), ""]
-    lines += md_table(["loss"] + LAB_HEADER, lab_rows_md(allrows, by_env=True))
+    table = lab_rows_md(allrows, by_env=True)
+    for row, r in zip(table, allrows):
+        v = r.get("resent_per_dropped")
+        row.append("%.2f" % float(v) if v not in ("", None) else "-")
+    lines += md_table(["loss"] + LAB_HEADER + ["resent / dropped"], table)
     write_rows(os.path.join(d, "loss.csv"), allrows)
     plot_vs_loss([r for r in allrows if r["pattern"] == "random"],
                  os.path.join(d, "p99_vs_loss.png"))

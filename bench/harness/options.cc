@@ -119,6 +119,9 @@ std::string BenchUsage(const char* argv0) {
       "Extras:\n"
       "      --csv=FILE            Append one CSV row per element count\n"
       "      --samples-csv=FILE    Append every timed iteration (us) for latency CDFs\n"
+      "      --counters-csv=FILE   Each rank writes FILE.RANK: packets its transport sent\n"
+      "                            and resent over the whole run (ours: the engine's\n"
+      "                            counters; Gloo TCP: the namespace's kernel TCP)\n"
       "      --straggler-ms-dist=D Sleep a drawn delay (ms) before each iteration on the\n"
       "                            straggler rank: const:X, exp:MEAN, uniform:A:B,\n"
       "                            normal:MEAN:STD, pareto:SCALE:SHAPE,\n"
@@ -242,6 +245,7 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
       {"--base", integer(2, 64, [&](long v) { o.base = int(v); })},
       {"--csv", text(&o.csv, false)},
       {"--samples-csv", text(&o.samples_csv, false)},
+      {"--counters-csv", text(&o.counters_csv, false)},
       {"--straggler-ms-dist", Spec{true, [&](const std::string& f, const std::string& v) {
                                      auto d = StragglerDist::Parse(v);
                                      if (!d.ok()) return Bad(f, v, std::string(d.status().message()));

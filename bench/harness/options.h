@@ -47,6 +47,7 @@ struct BenchOptions {
   // Extras.
   std::string csv;                // append one row per element count
   std::string samples_csv;        // append every timed iteration (for latency CDFs)
+  std::string counters_csv;       // each rank writes FILE.RANK: what its transport resent
   std::string straggler_dist;     // e.g. "exp:5" (ms), see straggler.h
   int straggler_rank = -1;        // -1: the last rank
   uint64_t seed = 1;              // straggler draws

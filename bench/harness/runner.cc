@@ -23,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "bench/harness/allreduce_bench.h"
 #include "bench/harness/report.h"
+#include "bench/harness/resend_counters.h"
 #include "algorithms/allreduce.h"
 #include "bench/harness/straggler.h"
 #include "bench/harness/worker_threads.h"
@@ -196,10 +197,19 @@ class RankRunner {
 
   int Run() {
     if (o_.rank == 0) PrintHeader(o_, devices_.front()->str());
+    const ResendCounters start = ReadResendCounters(devices_);
     int status = 0;
     for (size_t n : ElementCounts(o_)) {
       status = RunSize(n);
       if (status != 0) break;
+    }
+    if (!o_.counters_csv.empty()) {
+      const std::string path = o_.counters_csv + "." + std::to_string(o_.rank);
+      if (!WriteResendCsv(path, o_.rank, Delta(start, ReadResendCounters(devices_)))) {
+        std::fprintf(stderr, "optireduce-bench: cannot write --counters-csv file '%s'\n",
+                     path.c_str());
+        status = 1;
+      }
     }
     if (o_.rank == 0 && status == 0) PrintFooter();
     control_->Barrier();

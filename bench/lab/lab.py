@@ -240,9 +240,10 @@ def timed_run(lab, args, algo, tag, extra_more=()):
     --verify-last)."""
     path = os.path.join(lab.tmp, "samples-%s.csv" % tag)
     table = os.path.join(lab.tmp, "table-%s.csv" % tag)
+    counters = os.path.join(lab.tmp, "counters-%s.csv" % tag)
     extra = ["--elements", str(args.elements), "--iteration-count", str(args.iterations),
              "--warmup-iters", str(getattr(args, "warmup", 5)), "--samples-csv", path,
-             "--csv", table, "--verify-last",
+             "--csv", table, "--verify-last", "--counters-csv", counters,
              "--seed", str(getattr(args, "seed", 1))] + list(extra_more)
     if getattr(args, "straggler_ms_dist", None):
         extra += ["--straggler-ms-dist", args.straggler_ms_dist]
@@ -250,7 +251,24 @@ def timed_run(lab, args, algo, tag, extra_more=()):
     if rc != 0:
         report_failure(rc, errs)
         raise RuntimeError("%s failed in environment %s" % (algo, tag))
-    return read_run(path, table)
+    return dict(read_run(path, table), **read_counters(counters, lab.ranks))
+
+
+def read_counters(prefix, ranks):
+    """The ranks' --counters-csv files (PREFIX.R) -> sent_pkts, resent_pkts summed over the
+    ranks (None where a rank wrote none)."""
+    sent = resent = 0
+    for r in range(ranks):
+        try:
+            with open("%s.%d" % (prefix, r)) as f:
+                rows = list(csv.DictReader(f))
+        except OSError:
+            return dict(sent_pkts=None, resent_pkts=None)
+        if not rows or rows[0]["source"] == "none":
+            return dict(sent_pkts=None, resent_pkts=None)
+        sent += int(rows[0]["sent_packets"])
+        resent += int(rows[0]["resent_packets"])
+    return dict(sent_pkts=sent, resent_pkts=resent)
 
 
 def read_run(samples_csv, table_csv):
@@ -322,7 +340,8 @@ def parse_envs(args):
 
 SUMMARY_FIELDS = ["env", "bg", "algo", "elements", "p50_us", "p99_us", "p99_over_p50",
                   "busbw_gbps", "samples", "transport", "gbps", "wire_loss_pct",
-                  "data_loss_pct", "damaged_pct", "rel_error", "straggler"]
+                  "data_loss_pct", "damaged_pct", "rel_error", "straggler", "dropped_pkts",
+                  "resent_pkts", "resent_per_dropped"]
 
 
 def run_experiment(args, quiet=False):
@@ -330,7 +349,11 @@ def run_experiment(args, quiet=False):
     --rate, straggler distribution and --seed; writes samples.csv (every timed iteration)
     and summary.csv to --out and returns the summary rows (dicts of SUMMARY_FIELDS, numbers
     as numbers). wire_loss_pct is the share of packets the eBPF drop lost during the job
-    (measured on the links, so every row's injected loss can be compared)."""
+    (measured on the links, so every row's injected loss can be compared); dropped_pkts
+    those packets, resent_pkts what the ranks' transports resent over the run (ours: the
+    engine's retransmissions and probes; Gloo TCP: the kernel's RetransSegs of the ranks'
+    namespaces) and resent_per_dropped their ratio (a lost ack needs no resend, a
+    needless resend counts)."""
     envs = parse_envs(args)
     algos = [parse_algo_at_transport(a, args.transport) for a in args.algos.split(",")]
     os.makedirs(args.out, exist_ok=True)
@@ -372,7 +395,11 @@ def run_experiment(args, quiet=False):
                            samples=len(v), transport=transport, gbps=gbps,
                            wire_loss_pct=100.0 * dropped / packets if packets else 0.0,
                            data_loss_pct=r["loss_pct"], damaged_pct=r["damaged_pct"],
-                           rel_error=r["rel_error"], straggler=straggler or "")
+                           rel_error=r["rel_error"], straggler=straggler or "",
+                           dropped_pkts=dropped, resent_pkts=r["resent_pkts"],
+                           resent_per_dropped=(r["resent_pkts"] / dropped
+                                               if dropped and r["resent_pkts"] is not None
+                                               else None))
                 rows.append(row)
                 wm.writerow(dict(row, p50_us="%.1f" % p50, p99_us="%.1f" % p99,
                                  p99_over_p50="%.3f" % (p99 / p50), busbw_gbps="%.4f" % busbw,
@@ -381,7 +408,10 @@ def run_experiment(args, quiet=False):
                                  data_loss_pct="%.3f" % r["loss_pct"],
                                  damaged_pct="%.1f" % r["damaged_pct"],
                                  rel_error="" if r["rel_error"] is None else
-                                 "%.3g" % r["rel_error"]))
+                                 "%.3g" % r["rel_error"],
+                                 resent_pkts="" if r["resent_pkts"] is None else r["resent_pkts"],
+                                 resent_per_dropped="" if row["resent_per_dropped"] is None
+                                 else "%.3f" % row["resent_per_dropped"]))
                 fm.flush()
                 if not quiet:
                     print("%-8s %3d %-28s %10.0f %10.0f %8.2f %10.3f %8.3f %7.3f" %

@@ -362,6 +362,25 @@ def test_experiment_runs_each_algorithm_on_its_own_transport(bench_bin, tmp_path
     assert not lab_names_of(os.getpid())
 
 
+def test_experiment_counts_what_each_transport_resent_per_dropped_packet(bench_bin, tmp_path):
+    # Under 3% loss both Gloo's TCP (the kernel's RetransSegs of the ranks' namespaces) and
+    # TAR over our UDP (the engine's retransmissions) resend; the summary has the dropped
+    # packets, the resent ones and their ratio, which stays near one resend per loss.
+    import csv
+    p = lab("experiment", "--ranks", "2", "--bench-bin", bench_bin, "--env", "loss:0",
+            "--algos", "allreduce_ring_chunked,transpose@udp", "--elements", "262144",
+            "--iterations", "10", "--drop", "all:0.03", "--out", str(tmp_path), timeout=240)
+    assert p.returncode == 0, p.stderr
+    with open(tmp_path / "summary.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [r["transport"] for r in rows] == ["tcp", "udp"], rows
+    for r in rows:
+        assert int(r["dropped_pkts"]) > 20, r
+        assert int(r["resent_pkts"]) > 0, r
+        assert 0.2 < float(r["resent_per_dropped"]) < 5, r
+    assert not lab_names_of(os.getpid())
+
+
 def test_experiment_refuses_an_unknown_transport_before_making_anything(tmp_path):
     p = lab("experiment", "--ranks", "2", "--env", "ideal:0", "--algos", "allreduce_ring@rdma",
             "--out", str(tmp_path / "out"))
