@@ -365,13 +365,10 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
       return r.op;
     }
   }
-  // Its source is judged from now on (a quiet one is probed soon, see PeerLiveness).
+  // Its sources are judged from now on (a quiet one is probed soon, see PeerLiveness).
   const auto first_check = Clock::now() + impl_->liveness_first;
   impl_->next_liveness = std::min(impl_->next_liveness, first_check);
-  // An idle progress thread may sleep longer than that.
-  if (impl_->sleeping_until != Clock::time_point::max() && impl_->sleeping_until > first_check) {
-    impl_->io->Wake();
-  }
+  impl_->WakeIfSleepingPast(first_check);
   c->posted[slot].push_back(std::move(r));
   return c->posted[slot].back().op;
 }

@@ -47,7 +47,7 @@ struct Engine::Impl {
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
     liveness_every = std::clamp<Clock::duration>(opts.peer_dead / 16, std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(50));
-    liveness_first = std::min(liveness_every, PeerLiveness(opts.peer_dead).first_probe());
+    liveness_first = std::min(liveness_every, PeerLiveness::FirstProbe(opts.peer_dead));
   }
 
   std::unique_ptr<PacketIo> io;
@@ -147,10 +147,15 @@ struct Engine::Impl {
     if (!wakes_on_input) {
       kicked = true;
       io->Wake();
-    } else if (tx_blocked ||
-               (sleeping_until != Clock::time_point::max() && deadline < sleeping_until)) {
+    } else if (tx_blocked) {
       io->Wake();
+    } else {
+      WakeIfSleepingPast(deadline);
     }
+  }
+  // Wakes the progress thread if it sleeps past `due` (something is due then). Lock held.
+  void WakeIfSleepingPast(Clock::time_point due) {
+    if (sleeping_until != Clock::time_point::max() && due < sleeping_until) io->Wake();
   }
   bool HasClosing() const {
     for (const auto& kv : contexts) if (kv.second->closing) return true;

@@ -27,6 +27,8 @@ void Engine::Impl::Run() {
   // that comes within it costs no wake-up) the thread sleeps until its next timer and a
   // datagram (or Wake) ends the sleep.
   const us spin = wakes_on_input ? opts.input_spin : opts.spin;
+  // The longest sleep of a timer-only backend (once idle).
+  const us longest_sleep = std::max(opts.idle_sleep, opts.max_sleep);
   auto last_work = Clock::now();
   us sleep = us(16);
   // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
@@ -56,7 +58,7 @@ void Engine::Impl::Run() {
         const bool idle = now - last_work >= kIdleAfter;
         const us cap = !idle         ? opts.max_sleep
                        : wakes_on_input ? std::chrono::duration_cast<us>(liveness_every)
-                                        : std::max(opts.idle_sleep, opts.max_sleep);
+                                        : longest_sleep;
         wait = wakes_on_input ? cap : std::min(sleep, cap);
         wait = deadline > now
                    ? std::min(wait, std::chrono::duration_cast<us>(deadline - now) + us(1))
@@ -84,7 +86,7 @@ void Engine::Impl::Run() {
       sleeping_until = Clock::time_point::max();
     }
     slept = Clock::now() - t0 < wait ? 1 : 2;
-    if (!wakes_on_input) sleep = std::min(sleep * 2, std::max(opts.idle_sleep, opts.max_sleep));
+    if (!wakes_on_input) sleep = std::min(sleep * 2, longest_sleep);
   }
 }
 

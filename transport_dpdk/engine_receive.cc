@@ -128,21 +128,20 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     if (!c.closing) HandleBounded(c, p, h, payload);
     return;
   }
-  if (static_cast<PacketType>(h.type) == PacketType::kAck) {
-    const bool first = p.unacked_base == 0;
+  // An ACK, or a sequenced packet's piggybacked ack (taken even from a duplicate: it is
+  // refreshed on every retransmission; only one that moves the cumulative point says
+  // anything). The first one completes the connect handshake.
+  const bool ack = static_cast<PacketType>(h.type) == PacketType::kAck;
+  const bool unacked_none = p.unacked_base == 0;
+  if (ack) {
     Bump(stats.acks_received);
     HandleAck(c, p, h.ack_seq, h.aux, payload, h.payload_length);
-    if (first && p.unacked_base > 0) handshake_cv.notify_all();
-    return;
-  }
-  // A sequenced packet's piggybacked ack (even on a duplicate: it is refreshed on
-  // every retransmission); only one that moves the cumulative point says anything.
-  if ((h.flags & kFlagAckPiggyback) && h.ack_seq > p.unacked_base) {
-    const bool first = p.unacked_base == 0;
+  } else if ((h.flags & kFlagAckPiggyback) && h.ack_seq > p.unacked_base) {
     Bump(stats.piggybacked_acks_received);
     HandleAck(c, p, h.ack_seq, 0, nullptr, 0);
-    if (first && p.unacked_base > 0) handshake_cv.notify_all();
   }
+  if (unacked_none && p.unacked_base > 0) handshake_cv.notify_all();
+  if (ack) return;
   p.close_confirmed = false;  // it sent something: ask again once it is acknowledged
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:

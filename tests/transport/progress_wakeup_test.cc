@@ -105,15 +105,10 @@ TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
   EXPECT_LE(late, static_cast<uint64_t>(kMessages / 20)) << after.ToString();
 }
 
-// Ping-pong of small messages whose receives are posted before the messages arrive (as
-// collectives post theirs): each message's ack rides on the CREDIT that answers it (the
-// receiver took it; this completes the send), so a message costs its DATA, the CREDIT and
-// about half an ACK instead of an ACK for each of the two — counters, not timings.
-TEST(ProgressWakeup, AnswersCarryTheAck) {
-  auto ranks = Connect(transport::EngineOptions());
-  ASSERT_EQ(ranks.size(), 2u);
+// kMessages round trips of one int between the two ranks, every receive posted before its
+// message arrives (as collectives post theirs); returns both ranks' counters' growth.
+transport::Stats PrepostedPingPong(std::vector<Rank>& ranks, int messages) {
   const auto before0 = ranks[0].device->stats(), before1 = ranks[1].device->stats();
-  constexpr int kMessages = 300;
   std::vector<std::thread> threads;
   for (int i = 0; i < 2; ++i) {
     threads.emplace_back([&, i] {
@@ -124,19 +119,19 @@ TEST(ProgressWakeup, AnswersCarryTheAck) {
       const int other = 1 - i;
       // Rank 0 sends even values on slot 2m, rank 1 answers value + 1 on slot 2m + 1.
       recv_buf->recv(other, i == 0 ? 1 : 0);
-      for (int m = 0; m < kMessages; ++m) {
+      for (int m = 0; m < messages; ++m) {
         if (i == 0) {
           out = 2 * m;
           send_buf->send(1, 2 * m);
           recv_buf->waitRecv();
           EXPECT_EQ(in, 2 * m + 1);
-          if (m + 1 < kMessages) recv_buf->recv(1, 2 * m + 3);
+          if (m + 1 < messages) recv_buf->recv(1, 2 * m + 3);
           send_buf->waitSend();
         } else {
           recv_buf->waitRecv();
           EXPECT_EQ(in, 2 * m);
           out = in + 1;
-          if (m + 1 < kMessages) recv_buf->recv(0, 2 * m + 2);
+          if (m + 1 < messages) recv_buf->recv(0, 2 * m + 2);
           send_buf->send(0, 2 * m + 1);
           send_buf->waitSend();
         }
@@ -144,14 +139,46 @@ TEST(ProgressWakeup, AnswersCarryTheAck) {
     });
   }
   for (auto& t : threads) t.join();
-  const auto after0 = ranks[0].device->stats(), after1 = ranks[1].device->stats();
+  transport::Stats grown = ranks[0].device->stats();
+  grown += ranks[1].device->stats();
+  transport::Stats before = before0;
+  before += before1;
+  transport::Stats d;
+#define OPTIREDUCE_TEST_DELTA(name) d.name = grown.name - before.name;
+  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_TEST_DELTA)
+#undef OPTIREDUCE_TEST_DELTA
+  return d;
+}
+
+// Each message's ack rides on the CREDIT that answers it (the receiver took it; this
+// completes the send), so a message costs its DATA, the CREDIT and about half an ACK
+// instead of an ACK for each of the two — counters, not timings.
+TEST(ProgressWakeup, AnswersCarryTheAck) {
+  auto ranks = Connect(transport::EngineOptions());
+  ASSERT_EQ(ranks.size(), 2u);
+  constexpr int kMessages = 300;
+  const transport::Stats d = PrepostedPingPong(ranks, kMessages);
   const uint64_t messages = 2 * kMessages;
-  const uint64_t acks = (after0.acks_sent - before0.acks_sent) +
-                        (after1.acks_sent - before1.acks_sent);
-  const uint64_t carried = (after0.acks_piggybacked - before0.acks_piggybacked) +
-                           (after1.acks_piggybacked - before1.acks_piggybacked);
-  EXPECT_GE(carried, messages / 2) << after0.ToString();
-  EXPECT_LT(acks, messages) << after0.ToString();
+  EXPECT_GE(d.acks_piggybacked, messages / 2) << d.ToString();
+  EXPECT_LT(d.acks_sent, messages) << d.ToString();
+}
+
+// After work the progress thread spins input_spin before it sleeps, and each empty poll
+// of the spin yields the core (the peer rank, on a host with fewer cores than busy
+// threads, is what it waits for); with no spin it neither spins nor yields.
+TEST(ProgressWakeup, SpinYieldsTheCoreOnEveryEmptyPoll) {
+  {
+    auto ranks = Connect(transport::EngineOptions());
+    ASSERT_EQ(ranks.size(), 2u);
+    const transport::Stats d = PrepostedPingPong(ranks, 200);
+    EXPECT_GT(d.progress_yields, 0u) << d.ToString();
+  }
+  transport::EngineOptions no_spin;
+  no_spin.input_spin = std::chrono::microseconds(0);
+  auto ranks = Connect(no_spin);
+  ASSERT_EQ(ranks.size(), 2u);
+  const transport::Stats d = PrepostedPingPong(ranks, 200);
+  EXPECT_EQ(d.progress_yields, 0u) << d.ToString();
 }
 
 TEST(ProgressWakeup, IdleConnectedDeviceUsesUnderFivePercentOfACore) {

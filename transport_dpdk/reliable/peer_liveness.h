@@ -42,11 +42,20 @@ class PeerLiveness {
 
   explicit PeerLiveness(std::chrono::milliseconds dead_after = std::chrono::milliseconds(1000))
       : dead_after_(dead_after),
-        probe_every_(std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8)),
-        first_probe_(std::min<Clock::duration>(
-            probe_every_, std::max<Clock::duration>(std::chrono::milliseconds(1),
-                                                    dead_after / 1000))),
+        probe_every_(ProbeEvery(dead_after)),
+        first_probe_(FirstProbe(dead_after)),
         interval_(first_probe_) {}
+
+  // The longest quiet interval between probes, and the short one right after the
+  // peer last spoke, for a given dead_after.
+  static Clock::duration ProbeEvery(std::chrono::milliseconds dead_after) {
+    return std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8);
+  }
+  static Clock::duration FirstProbe(std::chrono::milliseconds dead_after) {
+    return std::min<Clock::duration>(
+        ProbeEvery(dead_after),
+        std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 1000));
+  }
 
   // The pair to the peer was connected: it counts as heard then (Gloo connects
   // every pair of a group within moments once all addresses are published, so
@@ -114,8 +123,6 @@ class PeerLiveness {
   }
 
   std::chrono::milliseconds dead_after() const { return dead_after_; }
-  // The short probe interval right after the peer last spoke.
-  Clock::duration first_probe() const { return first_probe_; }
 
  private:
   std::chrono::milliseconds dead_after_;
