@@ -276,6 +276,9 @@ void Engine::Impl::ReapClosing(Clock::time_point now) {
     }
     closed.push_back(std::move(gone));
     if (closed.size() > kMaxClosedContexts) closed.pop_front();
+    // The transmit batch names its datagrams' peers (for refused ones): nothing in it
+    // may outlive the context's peers freed here (a close probe above may be in it).
+    Flush();
     it = contexts.erase(it);
   }
 }
