@@ -297,6 +297,7 @@ bool Engine::Impl::CloseSettled(Ctx& c, Peer& p, Clock::time_point now) {
     h.message_id = ++p.close_probe_id;
     h.aux = kCloseProbe;
     Emit(p, h, nullptr, 0);
+    Bump(stats.close_probes_sent);
   }
   return false;
 }

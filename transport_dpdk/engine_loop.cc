@@ -37,6 +37,7 @@ void Engine::Impl::Run() {
     Clock::time_point deadline;
     bool worked;
     us wait{0};
+    bool spinning = false;  // an empty poll within the spin after the last work
     {
       std::lock_guard<std::mutex> lock(mu);
       const uint64_t rx_before = stats.rx_packets.load(std::memory_order_relaxed);
@@ -54,7 +55,9 @@ void Engine::Impl::Run() {
       if (worked) {
         last_work = now;
         sleep = us(16);
-      } else if (!opts.busy_poll && now - last_work >= spin) {
+      } else if (!opts.busy_poll && now - last_work < spin) {
+        spinning = true;
+      } else if (!opts.busy_poll) {
         const bool idle = now - last_work >= kIdleAfter;
         const us cap = !idle         ? opts.max_sleep
                        : wakes_on_input ? std::chrono::duration_cast<us>(liveness_every)
@@ -71,8 +74,9 @@ void Engine::Impl::Run() {
     if (wait.count() <= 0) {
       // Spinning: give the core to any other runnable thread first (the application's,
       // a peer rank's), which on a host with more busy threads than cores is who
-      // produces the input being polled for.
-      if (!worked && !opts.busy_poll) {
+      // produces the input being polled for. (A poll that is due at once for a timer
+      // does not yield.)
+      if (spinning) {
         Bump(stats.progress_yields);
         sched_yield();
       }

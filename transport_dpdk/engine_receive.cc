@@ -114,7 +114,8 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
-      if (c.closing && h.aux == kCloseSettled && h.message_id == p.close_probe_id) {
+      if (c.closing && h.aux == kCloseSettled && h.message_id > p.close_probe_floor &&
+          h.message_id <= p.close_probe_id) {
         p.close_confirmed = true;
       }
       return;
@@ -142,7 +143,10 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   }
   if (unacked_none && p.unacked_base > 0) handshake_cv.notify_all();
   if (ack) return;
-  p.close_confirmed = false;  // it sent something: ask again once it is acknowledged
+  // It sent something: ask again once it is acknowledged (answers to earlier probes
+  // describe it before this packet).
+  p.close_confirmed = false;
+  p.close_probe_floor = p.close_probe_id;
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:
       Bump(stats.duplicates);

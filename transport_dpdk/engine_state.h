@@ -201,10 +201,15 @@ struct Peer {
   std::string gone_reason;
   int gone_blame = -1;
   // --- closing (see ReapClosing) ---
-  // The peer answered our latest close probe: it has nothing of ours to wait for (no
-  // packet to us unacknowledged or queued). Cleared by any sequenced packet from it.
+  // The peer answered a close probe of ours with "settled": it has nothing of ours to
+  // wait for (no packet to us unacknowledged or queued). Cleared by any sequenced packet
+  // from it. Probes go out every kCloseProbeEvery, which can be shorter than the round
+  // trip (both progress threads sleeping), so an answer to any probe sent after the
+  // last clearing counts (ids in (close_probe_floor, close_probe_id]); one to an older
+  // probe may describe the peer before the packet that cleared it.
   bool close_confirmed = false;
   uint64_t close_probe_id = 0;
+  uint64_t close_probe_floor = 0;
   Clock::time_point next_close_probe{};
 };
 

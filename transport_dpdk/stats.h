@@ -67,8 +67,8 @@ namespace transport {
   X(progress_yields)                                                                    \
   /* Destroyed contexts released once every peer confirmed it needs nothing more */    \
   /* from them (close probe answered), and those released only after the quiet */      \
-  /* linger or its cap. */                                                             \
-  X(closes_confirmed) X(closes_lingered)
+  /* linger or its cap; the close probes sent. */                                     \
+  X(closes_confirmed) X(closes_lingered) X(close_probes_sent)
 
 // A plain snapshot; see Engine::GetStats / Device::stats().
 struct Stats {

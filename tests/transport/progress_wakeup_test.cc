@@ -10,6 +10,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -26,13 +27,16 @@ struct Rank {
   std::shared_ptr<gloo::rendezvous::Context> context;
 };
 
-// Two connected ranks over udp devices made with `engine` options.
-std::vector<Rank> Connect(const transport::EngineOptions& engine) {
+// Two connected ranks over udp devices made with `engine` options (and `faults`, see
+// fault_injector.h, injected by both).
+std::vector<Rank> Connect(const transport::EngineOptions& engine,
+                          const std::string& faults = "") {
   gloo::rendezvous::HashStore store;
   std::vector<Rank> ranks(2);
   for (auto& r : ranks) {
     transport::udp::attr a;
     a.engine = engine;
+    a.engine.faults = faults;
     auto dev = transport::udp::CreateDeviceOrError(a);
     EXPECT_TRUE(dev.ok()) << dev.status();
     if (!dev.ok()) return {};
@@ -226,6 +230,31 @@ TEST(ProgressWakeup, DestroyedContextsAreReleasedByTheClosingHandshake) {
   EXPECT_EQ(e0->GetStats().closes_lingered, 0u);
   EXPECT_EQ(e1->GetStats().closes_confirmed, 1u) << e1->GetStats().ToString();
   EXPECT_EQ(e1->GetStats().closes_lingered, 0u);
+}
+
+// Every datagram is delayed up to 50 ms each way, so a close probe's answer comes many
+// probe intervals later: the answer to any probe sent since the peer last sent data
+// confirms the close (an engine that took only its latest probe's answer sent probes
+// until one came back within an interval: hundreds, then lingered).
+TEST(ProgressWakeup, CloseIsConfirmedWhenTheRoundTripExceedsTheProbeInterval) {
+  auto ranks = Connect(transport::EngineOptions(), "delay_us=50000,seed=3");
+  ASSERT_EQ(ranks.size(), 2u);
+  std::thread other([&] { Barrier(ranks[1].context); });
+  Barrier(ranks[0].context);
+  other.join();
+  auto e0 = ranks[0].device->engine();
+  auto e1 = ranks[1].device->engine();
+  ranks[0].context.reset();
+  ASSERT_TRUE(WaitReleased(e0, 1));
+  ranks[1].context.reset();
+  ASSERT_TRUE(WaitReleased(e1, 1));
+  for (const auto& e : {e0, e1}) {
+    const transport::Stats s = e->GetStats();
+    EXPECT_EQ(s.closes_confirmed, 1u) << s.ToString();
+    EXPECT_EQ(s.closes_lingered, 0u) << s.ToString();
+    // One probe per millisecond until an answer is back: at most two 50 ms delays.
+    EXPECT_LT(s.close_probes_sent, 150u) << s.ToString();
+  }
 }
 
 }  // namespace
