@@ -256,7 +256,7 @@ absl::StatusOr<uint64_t> Engine::PostSend(uint32_t ctx, int dst, MsgKind kind,
     // socket inside send(): the caller may reuse its buffer at once (Gloo's
     // algorithm classes do: reduce-scatter overwrites what it sent before
     // waiting), and no retransmission reads it later.
-    m->owned.assign(m->data, m->data + len);
+    m->owned = impl_->payloads->Copy(m->data, len);
     m->data = m->owned.data();
   }
   std::lock_guard<std::mutex> lock(impl_->mu);
@@ -451,7 +451,7 @@ void Engine::Cancel(const OpSink* sink) {
         } else if (m.len <= kDetachLimit) {
           // Finish it from a private copy, reporting to nobody.
           if (m.len > 0 && m.owned.empty()) {
-            m.owned.assign(m.data, m.data + m.len);
+            m.owned = impl_->payloads->Copy(m.data, m.len);
             m.data = m.owned.data();
           }
           m.sink.reset();

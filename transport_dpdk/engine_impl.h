@@ -57,6 +57,10 @@ struct Engine::Impl {
   const bool link_protects_payload;
   uint32_t max_payload = 0;
 
+  // Storage of the payload copies (send-time snapshots, detached sends, eager stashes),
+  // reused so that a copy does not fault in fresh pages every time.
+  const std::shared_ptr<PayloadPool> payloads = PayloadPool::Create(engine_internal::kPayloadCacheBytes);
+
   mutable std::mutex mu;
   // Signalled when a peer acknowledges its first packet (the connect handshake).
   std::condition_variable handshake_cv;

@@ -233,7 +233,7 @@ bool Engine::Impl::ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
     m->kind = kind;
     m->eager = true;
     m->charge = charge;
-    m->stash.resize(h.total_length);
+    m->stash = payloads->Take(h.total_length);
     p.eager_stashed += charge;
     p.in_msgs.emplace(m->id, m);
     created = true;
@@ -403,7 +403,7 @@ void Engine::Impl::AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
       // overwritten when they do.
       std::memcpy(m->target, m->stash.data(), m->total);
     }
-    std::vector<uint8_t>().swap(m->stash);
+    m->stash.Release();
   } else {
     WireHeader cts;
     cts.type = static_cast<uint8_t>(PacketType::kCts);

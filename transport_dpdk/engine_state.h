@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "transport_dpdk/engine.h"
+#include "transport_dpdk/payload_pool.h"
 #include "transport_dpdk/reliable/ack_scheduler.h"
 #include "transport_dpdk/reliable/peer_liveness.h"
 #include "transport_dpdk/reliable/receive_window.h"
@@ -70,7 +71,7 @@ struct OutMsg {
   // (Gloo's TCP writes those out inside send(), so callers may reuse the
   // buffer right after), or when the sender's buffer went away before the
   // send finished (see Engine::Cancel).
-  std::vector<uint8_t> owned;
+  PayloadPool::Bytes owned;
 };
 
 // Datagrams that arrive for a context before their sender is connected (or
@@ -83,6 +84,9 @@ constexpr size_t kMaxEarlyBytes = 8 << 20;
 // abandoned. Gloo's algorithm classes destroy send buffers right after
 // their last (small, unwaited) notification send.
 constexpr uint64_t kDetachLimit = 1 << 20;
+// Free payload-copy storage an engine keeps for reuse (PayloadPool).
+constexpr size_t kPayloadCacheBytes = 32 << 20;
+
 // Old-style Buffer sends up to this size are copied at send(), as the
 // socket buffer of Gloo's TCP pair takes them there; larger ones are read
 // in place (TCP writes those out lazily too).
@@ -102,7 +106,7 @@ struct InMsg {
   uint64_t id = 0, slot = 0, total = 0, remote_offset = 0, charge = 0;
   MsgKind kind = MsgKind::kUnbound;
   bool eager = false;
-  std::vector<uint8_t> stash;  // eager bytes that arrived before the match
+  PayloadPool::Bytes stash;  // eager bytes that arrived before the match
   uint64_t received = 0;
   bool matched = false, discard = false, completed = false, done = false;
   uint8_t* target = nullptr;  // where payload byte 0 goes once matched

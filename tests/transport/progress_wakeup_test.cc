@@ -14,6 +14,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/transport/two_udp_ranks.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/engine.h"
 
@@ -21,45 +22,9 @@ namespace optireduce {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-struct Rank {
-  std::shared_ptr<transport::Device> device;
-  std::shared_ptr<gloo::rendezvous::Context> context;
-};
-
-// Two connected ranks over udp devices made with `engine` options (and `faults`, see
-// fault_injector.h, injected by both).
-std::vector<Rank> Connect(const transport::EngineOptions& engine,
-                          const std::string& faults = "") {
-  gloo::rendezvous::HashStore store;
-  std::vector<Rank> ranks(2);
-  for (auto& r : ranks) {
-    transport::udp::attr a;
-    a.engine = engine;
-    a.engine.faults = faults;
-    auto dev = transport::udp::CreateDeviceOrError(a);
-    EXPECT_TRUE(dev.ok()) << dev.status();
-    if (!dev.ok()) return {};
-    r.device = *dev;
-  }
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&, i] {
-      ranks[i].context = std::make_shared<gloo::rendezvous::Context>(i, 2);
-      ranks[i].context->setTimeout(std::chrono::seconds(30));
-      std::shared_ptr<gloo::transport::Device> dev = ranks[i].device;
-      ranks[i].context->connectFullMesh(store, dev);
-    });
-  }
-  for (auto& t : threads) t.join();
-  return ranks;
-}
-
-void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
-  gloo::BarrierOptions b(ctx);
-  b.setTag(1);
-  gloo::barrier(b);
-}
+using testing_ranks::Barrier;
+using testing_ranks::Connect;
+using testing_ranks::Rank;
 
 // Long timer sleeps: a message that waited for the timer would show up in late_inputs.
 TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
