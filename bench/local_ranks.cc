@@ -124,11 +124,13 @@ void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int s
   // One memif link per rank pair, sockets in `dir` (next to the FileStore's files). memif
   // is lossless (back-pressure) and needs neither root nor hugepages.
   if (spec->transport != "dpdk" || !LibraryConfig().eal_args.empty()) return;
-  // 16370-byte frames (16 KiB buffers, see dpdk_device.h): 1.1-1.5x the bus bandwidth
-  // of 9000-byte frames at 4-64 MiB (which had 1.7x that of MTU 1500). Each link's
-  // mempool then takes ~68 MiB of the EAL's 512: beyond 6 ranks (5 links), 9216-byte
-  // buffers. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte buffers).
-  unsigned bsize = size <= 6 ? 16384 : 9216;
+  // Big frames mean fewer packets (headers, acks, ring and pool operations per byte):
+  // 32 KiB buffers up to 4 ranks (TAR at 1-16 MiB ~1.2x faster than with 16 KiB ones,
+  // 65000-byte frames no faster again), 16 KiB up to 6, then 9216-byte ones. Each
+  // link's mempool takes ~64-68 MiB of the EAL's 512 (packet_io_dpdk.cc bounds memif
+  // pools of big frames). OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte
+  // buffers).
+  unsigned bsize = size <= 4 ? 32768 : size <= 6 ? 16384 : 9216;
   if (const std::optional<std::string> env =
           optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_BENCH_MEMIF_BSIZE")) {
     if (!absl::SimpleAtoi(*env, &bsize) || (bsize != 0 && (bsize < 1024 || bsize > 65535))) {

@@ -36,8 +36,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 // ("bsize="; every rank must use the same), and the device then picks an MTU
 // of min(65000, buffer_size - 14) on them (see packet_io_dpdk.cc); 0 keeps
 // memif's 2048-byte buffers and MTU 1500. 9216 gives 9000-byte frames (6x
-// fewer packets), 16384 16370-byte ones (the bench's default: 1.1-1.5x
-// faster again at 4-64 MiB; each rank's mempool then takes ~68 MiB per link).
+// fewer packets), 16384 16370-byte ones, 32768 32754-byte ones (fewer again;
+// the bench's choice is in bench/local_ranks.cc). A link's mempool takes
+// ~64-68 MiB of the EAL's memory (bounded by bytes for frames over 16 KiB).
 std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size,
                              unsigned buffer_size = 0);
 

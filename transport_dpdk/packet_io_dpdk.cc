@@ -29,6 +29,8 @@ using dpdk::Verdict;
 
 // Frames a memif ring holds (the PMD's default, log2_ring_size=10).
 constexpr uint32_t kMemifRing = 1024;
+// A memif port's mempool with big frames, at most (see Create).
+constexpr uint64_t kMemifPoolBytes = 64ull << 20;
 constexpr uint32_t kMinDatagram = 256;
 
 uint32_t NextPow2(uint64_t v) {
@@ -127,7 +129,26 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
                            ? a.rx_descriptors
                            : std::clamp<uint32_t>(NextPow2(window_frames), 512, 4096);
   req.tx_descriptors = a.tx_descriptors ? a.tx_descriptors : 1024;
-  req.extra_mbufs = kTxBacklogFrames;
+  uint32_t backlog_cap = a.tx_backlog;
+  // memif ports given big buffers: their rings are slots of the link's shared memory
+  // (1024 a direction), whatever rxd/txd say, and our mempool holds only the frames
+  // between the PMD and the engine (received ones are copied out of the ring into
+  // mbufs) and the TX backlog. Counted in frames as for a NIC, a pool of 64 KiB frames
+  // would take ~270 MiB per link; kMemifPoolBytes bounds it, the backlog taking what
+  // is left (at most a quarter of the pool, so a full backlog never starves the
+  // receive side).
+  bool memif_buffers = !a.rx_descriptors && !a.tx_descriptors;
+  for (uint16_t id : ids) memif_buffers = memif_buffers && dpdk::OpenPort::MemifBufferSize(id) > 0;
+  if (memif_buffers) {
+    const uint64_t room = req.max_frame + RTE_PKTMBUF_HEADROOM;
+    const uint64_t frames = std::max<uint64_t>(1536 + 256, kMemifPoolBytes / room);
+    if (req.rx_descriptors + req.tx_descriptors + 512 + backlog_cap > frames) {
+      req.rx_descriptors = req.tx_descriptors = 512;
+      backlog_cap = static_cast<uint32_t>(
+          std::clamp<uint64_t>(std::min<uint64_t>(frames / 4, frames - 1536), 32, backlog_cap));
+    }
+  }
+  req.extra_mbufs = backlog_cap;
   for (uint16_t id : ids) {
     auto port = dpdk::OpenPort::Open(id, req);
     if (!port.ok()) return port.status();
@@ -179,7 +200,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   io->tx_stash_.resize(io->ports_.size());
   io->tx_backlog_.resize(io->ports_.size());
   io->queued_from_.resize(io->ports_.size());
-  io->backlog_cap_ = a.tx_backlog;
+  io->backlog_cap_ = backlog_cap;
   for (const auto& port : io->ports_) {
     io->tx_copies_.push_back(port->is_memif() && !a.tx_copy_bodies);
   }
