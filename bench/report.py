@@ -258,7 +258,9 @@ def section_loss(a, d):
         "Spurious resends: resent packets the receivers reported they already had, so "
         "resent needlessly (Gloo TCP: the segments the peers DSACKed, the kernel's "
         "TCPDSACKRecvSegs; ours: the engine's resends and probes whose duplicate the ack "
-        "reported; OptiReduce mode repairs instead)." %
+        "reported). Both counts take in the harness's own barriers and broadcasts, which "
+        "share the ranks' devices and namespaces, so OptiReduce mode rows, whose bounded "
+        "data is repaired rather than resent, are not zero." %
         (cloudlab.DEFAULT_ACK_MAX_LEN, 2 if a.quick else 4, elements * 4 / 2.0**20, iters), ""]
     table = lab_rows_md(allrows, by_env=True)
     for row, r in zip(table, allrows):
