@@ -1,47 +1,35 @@
 #include "bench/harness/resend_counters.h"
 
 #include <cstdio>
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
 
 #include "transport_dpdk/device.h"
 
 namespace optireduce {
 namespace bench {
-namespace {
 
-// Tcp OutSegs and RetransSegs of this network namespace: /proc/net/snmp has a "Tcp:" line
-// of names followed by a "Tcp:" line of values.
-bool ReadKernelTcp(uint64_t* out_segs, uint64_t* retrans_segs) {
-  std::ifstream f("/proc/net/snmp");
-  std::string names, line;
-  while (std::getline(f, line)) {
-    if (line.rfind("Tcp:", 0) != 0) continue;
-    if (names.empty()) {
-      names = line;
-      continue;
-    }
-    // Names and values pair up word by word ("Tcp:" with "Tcp:"); MaxConn is signed.
-    std::istringstream n(names), v(line);
-    std::string name, value;
-    int found = 0;
-    while (n >> name && v >> value) {
-      if (name == "OutSegs") {
-        *out_segs = std::strtoull(value.c_str(), nullptr, 10);
-        ++found;
-      }
-      if (name == "RetransSegs") {
-        *retrans_segs = std::strtoull(value.c_str(), nullptr, 10);
-        ++found;
-      }
-    }
-    return found == 2;
+absl::StatusOr<ResendCounters> KernelTcpCounters(const ProcNetCounters& snmp,
+                                                 const ProcNetCounters& netstat) {
+  ResendCounters c;
+  c.source = "kernel-tcp";
+  absl::StatusOr<uint64_t> out = snmp.Get("Tcp", "OutSegs");
+  if (!out.ok()) return out.status();
+  absl::StatusOr<uint64_t> retrans = snmp.Get("Tcp", "RetransSegs");
+  if (!retrans.ok()) return retrans.status();
+  c.sent_packets = *out;
+  c.resent_packets = *retrans;
+  if (netstat.Has("TcpExt", "TCPDSACKRecvSegs")) {
+    absl::StatusOr<uint64_t> segs = netstat.Get("TcpExt", "TCPDSACKRecvSegs");
+    if (!segs.ok()) return segs.status();
+    c.spurious = *segs;
+    return c;
   }
-  return false;
+  absl::StatusOr<uint64_t> below = netstat.Get("TcpExt", "TCPDSACKRecv");
+  if (!below.ok()) return below.status();
+  absl::StatusOr<uint64_t> above = netstat.Get("TcpExt", "TCPDSACKOfoRecv");
+  if (!above.ok()) return above.status();
+  c.spurious = *below + *above;
+  return c;
 }
-
-}  // namespace
 
 ResendCounters ReadResendCounters(
     const std::vector<std::shared_ptr<gloo::transport::Device>>& devices) {
@@ -62,14 +50,24 @@ ResendCounters ReadResendCounters(
     c.source = "engine";
     return c;
   }
-  c.source = "kernel-tcp";
-  if (!ReadKernelTcp(&c.sent_packets, &c.resent_packets)) c.source = "none";
+  absl::StatusOr<ResendCounters> kernel = [] () -> absl::StatusOr<ResendCounters> {
+    absl::StatusOr<ProcNetCounters> snmp = ProcNetCounters::Read("/proc/net/snmp");
+    if (!snmp.ok()) return snmp.status();
+    absl::StatusOr<ProcNetCounters> netstat = ProcNetCounters::Read("/proc/net/netstat");
+    if (!netstat.ok()) return netstat.status();
+    return KernelTcpCounters(*snmp, *netstat);
+  }();
+  if (kernel.ok()) return *kernel;
+  c.source = "none";
+  c.error = std::string(kernel.status().message());
   return c;
 }
 
 ResendCounters Delta(const ResendCounters& a, const ResendCounters& b) {
   ResendCounters d;
   d.source = b.source;
+  d.error = b.error.empty() ? a.error : b.error;
+  if (a.source != b.source) d.source = "none";
   d.sent_packets = b.sent_packets - a.sent_packets;
   d.resent_packets = b.resent_packets - a.resent_packets;
   d.resent_bytes = b.resent_bytes - a.resent_bytes;

@@ -205,7 +205,12 @@ class RankRunner {
     }
     if (!o_.counters_csv.empty()) {
       const std::string path = o_.counters_csv + "." + std::to_string(o_.rank);
-      if (!WriteResendCsv(path, o_.rank, Delta(start, ReadResendCounters(devices_)))) {
+      const ResendCounters run = Delta(start, ReadResendCounters(devices_));
+      if (run.source == "none") {
+        std::fprintf(stderr, "optireduce-bench: --counters-csv: no counters (%s)\n",
+                     run.error.c_str());
+      }
+      if (!WriteResendCsv(path, o_.rank, run)) {
         std::fprintf(stderr, "optireduce-bench: cannot write --counters-csv file '%s'\n",
                      path.c_str());
         status = 1;

@@ -255,20 +255,24 @@ def timed_run(lab, args, algo, tag, extra_more=()):
 
 
 def read_counters(prefix, ranks):
-    """The ranks' --counters-csv files (PREFIX.R) -> sent_pkts, resent_pkts summed over the
-    ranks (None where a rank wrote none)."""
-    sent = resent = 0
+    """The ranks' --counters-csv files (PREFIX.R) -> sent_pkts, resent_pkts and
+    spurious_pkts (resends the receivers reported duplicate: ours, the engine's
+    spurious_retransmits; Gloo TCP, the kernel's DSACKed segments) summed over the ranks
+    (None where a rank wrote none)."""
+    fields = dict(sent_pkts="sent_packets", resent_pkts="resent_packets",
+                  spurious_pkts="spurious")
+    sums = dict.fromkeys(fields, 0)
     for r in range(ranks):
         try:
             with open("%s.%d" % (prefix, r)) as f:
                 rows = list(csv.DictReader(f))
         except OSError:
-            return dict(sent_pkts=None, resent_pkts=None)
+            return dict.fromkeys(fields)
         if not rows or rows[0]["source"] == "none":
-            return dict(sent_pkts=None, resent_pkts=None)
-        sent += int(rows[0]["sent_packets"])
-        resent += int(rows[0]["resent_packets"])
-    return dict(sent_pkts=sent, resent_pkts=resent)
+            return dict.fromkeys(fields)
+        for k, column in fields.items():
+            sums[k] += int(rows[0][column])
+    return sums
 
 
 def read_run(samples_csv, table_csv):
@@ -341,7 +345,7 @@ def parse_envs(args):
 SUMMARY_FIELDS = ["env", "bg", "algo", "elements", "p50_us", "p99_us", "p99_over_p50",
                   "busbw_gbps", "samples", "transport", "gbps", "wire_loss_pct",
                   "data_loss_pct", "damaged_pct", "rel_error", "straggler", "dropped_pkts",
-                  "resent_pkts", "resent_per_dropped"]
+                  "resent_pkts", "resent_per_dropped", "spurious_pkts"]
 
 
 def run_experiment(args, quiet=False):
@@ -353,7 +357,9 @@ def run_experiment(args, quiet=False):
     those packets, resent_pkts what the ranks' transports resent over the run (ours: the
     engine's retransmissions and probes; Gloo TCP: the kernel's RetransSegs of the ranks'
     namespaces) and resent_per_dropped their ratio (a lost ack needs no resend, a
-    needless resend counts)."""
+    needless resend counts); spurious_pkts the resends the receivers reported duplicate,
+    needless ones (ours: the engine's spurious_retransmits; Gloo TCP: the segments the
+    kernel saw DSACKed, TCPDSACKRecvSegs)."""
     envs = parse_envs(args)
     algos = [parse_algo_at_transport(a, args.transport) for a in args.algos.split(",")]
     os.makedirs(args.out, exist_ok=True)
@@ -399,7 +405,8 @@ def run_experiment(args, quiet=False):
                            dropped_pkts=dropped, resent_pkts=r["resent_pkts"],
                            resent_per_dropped=(r["resent_pkts"] / dropped
                                                if dropped and r["resent_pkts"] is not None
-                                               else None))
+                                               else None),
+                           spurious_pkts=r["spurious_pkts"])
                 rows.append(row)
                 wm.writerow(dict(row, p50_us="%.1f" % p50, p99_us="%.1f" % p99,
                                  p99_over_p50="%.3f" % (p99 / p50), busbw_gbps="%.4f" % busbw,
@@ -410,6 +417,8 @@ def run_experiment(args, quiet=False):
                                  rel_error="" if r["rel_error"] is None else
                                  "%.3g" % r["rel_error"],
                                  resent_pkts="" if r["resent_pkts"] is None else r["resent_pkts"],
+                                 spurious_pkts="" if r["spurious_pkts"] is None
+                                 else r["spurious_pkts"],
                                  resent_per_dropped="" if row["resent_per_dropped"] is None
                                  else "%.3f" % row["resent_per_dropped"]))
                 fm.flush()

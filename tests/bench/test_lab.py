@@ -365,7 +365,9 @@ def test_experiment_runs_each_algorithm_on_its_own_transport(bench_bin, tmp_path
 def test_experiment_counts_what_each_transport_resent_per_dropped_packet(bench_bin, tmp_path):
     # Under 3% loss both Gloo's TCP (the kernel's RetransSegs of the ranks' namespaces) and
     # TAR over our UDP (the engine's retransmissions) resend; the summary has the dropped
-    # packets, the resent ones and their ratio, which stays near one resend per loss.
+    # packets, the resent ones and their ratio, which stays near one resend per loss, and
+    # the resends the receivers reported duplicate (the kernel's DSACKed segments, the
+    # engine's spurious_retransmits), a part of the resent ones.
     import csv
     p = lab("experiment", "--ranks", "2", "--bench-bin", bench_bin, "--env", "loss:0",
             "--algos", "allreduce_ring_chunked,transpose@udp", "--elements", "262144",
@@ -378,7 +380,28 @@ def test_experiment_counts_what_each_transport_resent_per_dropped_packet(bench_b
         assert int(r["dropped_pkts"]) > 20, r
         assert int(r["resent_pkts"]) > 0, r
         assert 0.2 < float(r["resent_per_dropped"]) < 5, r
+        assert r["spurious_pkts"].isdigit(), r
+        assert 0 <= int(r["spurious_pkts"]) <= int(r["resent_pkts"]), r
     assert not lab_names_of(os.getpid())
+
+
+def test_read_counters_sums_each_rank_counter_and_gives_none_without_every_rank(tmp_path):
+    # The summary's sent_pkts, resent_pkts and spurious_pkts are the sums of the ranks'
+    # --counters-csv columns (for our transports spurious_pkts is the engine's
+    # spurious_retransmits summed over the ranks); a rank that wrote no file, or whose
+    # counters were unreadable (source none), leaves every sum unknown.
+    import lab as lab_launcher
+    header = "rank,source,sent_packets,resent_packets,resent_bytes,spurious,timeouts\n"
+    prefix = str(tmp_path / "counters.csv")
+    for rank, line in enumerate(["0,engine,1000,40,36000,3,2\n",
+                                 "1,engine,900,25,22500,4,1\n"]):
+        (tmp_path / ("counters.csv.%d" % rank)).write_text(header + line)
+    assert lab_launcher.read_counters(prefix, 2) == dict(sent_pkts=1900, resent_pkts=65,
+                                                         spurious_pkts=7)
+    none = dict(sent_pkts=None, resent_pkts=None, spurious_pkts=None)
+    assert lab_launcher.read_counters(prefix, 3) == none
+    (tmp_path / "counters.csv.1").write_text(header + "1,none,0,0,0,0,0\n")
+    assert lab_launcher.read_counters(prefix, 2) == none
 
 
 def test_experiment_refuses_an_unknown_transport_before_making_anything(tmp_path):

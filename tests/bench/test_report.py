@@ -65,6 +65,9 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
         assert {(r["loss"], r["pattern"]) for r in rows} == {
             ("0.0", "random"), ("0.001", "random"), ("0.01", "random"), ("0.01", "burst:8"),
             ("0.05", "acks")}, rows
+        # Every row counts its needless resends (the loss table's "spurious resends").
+        assert all(r["spurious_pkts"].isdigit() for r in rows), rows
+        assert "| resent / dropped | spurious resends |" in text, text
         assert (results / "straggler" / "lab" / "cdf.png").stat().st_size > 0
     else:
         assert "needs root" in text
