@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Fails when a project file reads like a work log: numbered session or issue references,
-# "not kept" stories, dates, "#N" in headings, or acceptance-item verdicts like "(b) holds".
+# "not kept" stories, dates, "#N" in headings, acceptance-item verdicts like "(b) holds",
+# or a run's circumstances (load averages, "the run above", "in our runs").
 # Docs and comments say what the code does now and why; that history lives in `git log`,
 # measured numbers in the generated bench/RESULTS.md (exempt, with bench/results/).
 # Usage: scripts/check-docs.sh [FILE...]   (default: every file git tracks)
@@ -14,6 +15,11 @@ PATTERNS=(
   '\b20[0-9]{2}-[01][0-9]-[0-3][0-9]\b'   # dates
   '^#+ .*#[0-9]'                      # "#5" in a heading
   '\([a-h]\) (holds|does not hold|is met)\b'
+  '\bload average ~?[0-9]'            # a run's machine load: measured numbers live in
+  '\bat load ~?[0-9]'                 #   bench/RESULTS.md (generated) only
+  '\bload ~[0-9]'
+  '\bthe run above\b'                 # "what changed since the run above"
+  '\bin our runs\b'
 )
 if [ $# -gt 0 ]; then
   files=("$@")
@@ -37,7 +43,7 @@ if [ ${#existing[@]} -gt 0 ]; then
 fi
 if [ -n "$found" ]; then
   printf '%s\n' "$found"
-  echo "check-docs: the lines above read like a work log (sessions, issues, dates, 'not kept')." >&2
+  echo "check-docs: the lines above read like a work log (sessions, issues, dates, 'not kept', run load)." >&2
   echo "check-docs: say what the code does now and why; history goes in commit messages." >&2
   exit 1
 fi
