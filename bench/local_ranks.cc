@@ -125,11 +125,11 @@ void UseLocalMemifMesh(DeviceSpec* spec, const std::string& dir, int rank, int s
   // is lossless (back-pressure) and needs neither root nor hugepages.
   if (spec->transport != "dpdk" || !LibraryConfig().eal_args.empty()) return;
   // Big frames mean fewer packets (headers, acks, ring and pool operations per byte):
-  // 32 KiB buffers up to 4 ranks (TAR at 1-16 MiB ~1.2x faster than with 16 KiB ones,
-  // 65000-byte frames no faster again), 16 KiB up to 6, then 9216-byte ones. Each
-  // link's mempool takes ~64-68 MiB of the EAL's 512 (packet_io_dpdk.cc bounds memif
-  // pools of big frames). OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's 2048-byte
-  // buffers).
+  // 32 KiB buffers up to 4 ranks (faster than 16 KiB ones at 1-16 MiB; 65000-byte
+  // frames were not faster again), 16 KiB up to 6, then 9216-byte ones, so that every
+  // link's mempool (~64-68 MiB; packet_io_dpdk.cc bounds memif pools of big frames)
+  // fits the EAL's 512 MiB. OPTIREDUCE_BENCH_MEMIF_BSIZE=N sets it (0: memif's
+  // 2048-byte buffers).
   unsigned bsize = size <= 4 ? 32768 : size <= 6 ? 16384 : 9216;
   if (const std::optional<std::string> env =
           optireduce::gloo_ext::ReadEnvironment("OPTIREDUCE_BENCH_MEMIF_BSIZE")) {

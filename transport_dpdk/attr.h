@@ -47,12 +47,10 @@ struct EngineOptions {
   // and the pacing rate of a device's unreliable sends, which carry no
   // acknowledgements to clock them (0: unpaced). Keep it below the receivers'
   // drain rate: unpaced, a 16 MiB shard overruns a loopback receiver's 8 MiB
-  // socket buffer whenever its progress thread waits for a core (measured at
-  // 64 MiB buckets, 4 ranks on 2 cores: most phases lost data and repaired).
-  // With 32 MiB socket buffers, 40 Gb/s loses nothing at 16 and 64 MiB buckets
-  // there and is 1.12x faster than 20 Gb/s at 16 MiB (p50 35.1-35.7 vs 40.0-40.3 ms,
-  // 4 ranks, once the payload checksum and bounce copy were gone; 20 was 1.4x
-  // faster than 8); set it near the link rate.
+  // socket buffer whenever its progress thread waits for a core (most phases
+  // then lose data and repair). With 32 MiB socket buffers, 40 Gb/s loses
+  // nothing at 16 and 64 MiB buckets with 4 ranks on 2 cores and is faster
+  // than lower rates; set it near the link rate.
   size_t bounded_payload = 32768;
   double bounded_rate_gbps = 40.0;
   // Peers a context's bounded sends go to at once, at start (the endpoint

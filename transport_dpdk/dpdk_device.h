@@ -38,7 +38,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 // memif's 2048-byte buffers and MTU 1500. 9216 gives 9000-byte frames (6x
 // fewer packets), 16384 16370-byte ones, 32768 32754-byte ones (fewer again;
 // the bench's choice is in bench/local_ranks.cc). A link's mempool takes
-// ~64-68 MiB of the EAL's memory (bounded by bytes for frames over 16 KiB).
+// ~64-68 MiB of the EAL's memory at 16-32 KiB buffers; counted in frames, a
+// pool of bigger ones would not fit, so packet_io_dpdk.cc bounds memif pools
+// by bytes (64 MiB, at least 1792 frames: ~111 MiB at 64 KiB).
 std::string MemifMeshEalArgs(const std::string& socket_dir, int rank, int size,
                              unsigned buffer_size = 0);
 

@@ -91,11 +91,10 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     mtu = std::min<uint32_t>(mtu, 9000);
     // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs's
     // buffer_size): frames up to the buffer size, so fewer packets (headers,
-    // checksums, acks, pool and ring operations: 16 KiB frames made TAR over
-    // memif 1.1-1.5x faster than 9 KiB ones at 4-64 MiB, 4 ranks). memif's
-    // own MTU (1500) says nothing about its buffers, and frames longer than a
-    // buffer take 22.11's chained-buffer path, which duplicated frames in our
-    // runs: every rank must use the same bsize.
+    // checksums, acks, pool and ring operations per byte). memif's own MTU
+    // (1500) says nothing about its buffers, and a frame longer than a buffer
+    // takes 22.11's chained-buffer path, which can duplicate frames: every rank
+    // must use the same bsize.
     uint32_t bsize = UINT32_MAX;
     for (uint16_t id : ids) bsize = std::min(bsize, dpdk::OpenPort::MemifBufferSize(id));
     if (bsize != UINT32_MAX && bsize > dpdk::kEthHeader + 1500) {

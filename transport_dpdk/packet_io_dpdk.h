@@ -129,7 +129,7 @@ class DpdkPacketIo : public PacketIo {
   // Per memif port: full-size hello frames still to send once the link is up.
   // They cycle through every buffer of the shared ring, so both processes
   // fault its pages in now, not in the middle of the first transfers (each
-  // 4 KiB page of the 9 MiB ring costs a minor fault on this kind of VM).
+  // 4 KiB page of the ring, 1024 buffers a direction, costs a minor fault).
   std::vector<uint32_t> primers_left_;
   bool priming_ = false;
   void SendPrimers();

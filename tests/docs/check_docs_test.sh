@@ -26,6 +26,10 @@ Engine changes (tried locally, not committed)
 ## Verification (2026-11-30)
 ## Results for #12
 - **(b) holds** under loss
+Three back-to-back runs (load average @2@.4-3.8)
+measured at load ~@5@ on this host
+What changed since the run above (each step measured alone)
+frames duplicated in our runs
 LINES
 printf '%s\n' "The tail ratio p99/p50 of 16 MiB allreduces (bench/RESULTS.md)." > "$tmp/good.md"
 "$check" "$tmp/good.md"
