@@ -104,9 +104,13 @@ def md_table(header, rows):
     return out
 
 
-def stamp(cmd):
-    shown = " ".join(shlex.quote(rel(c)) if c.startswith("/") else shlex.quote(c) for c in cmd)
-    return ["Command: `%s`  " % shown, "Machine: %s; made %s." % (machine(), now()), ""]
+def stamp(cmd, *more):
+    """The section's command line(s), the machine and the time."""
+    def shown(c):
+        return " ".join(shlex.quote(rel(x)) if x.startswith("/") else shlex.quote(x) for x in c)
+    cmds = [cmd] + list(more)
+    return ["Command%s: %s  " % ("s" if more else "", ", ".join("`%s`" % shown(c) for c in cmds)),
+            "Machine: %s; made %s." % (machine(), now()), ""]
 
 
 def fmt_rel(v):
@@ -159,22 +163,35 @@ def rel_link(a, d, name):
 
 
 def section_sweep(a, d):
+    """4 and 2 ranks (2 only with --quick), each in its own optireduce-sweep run
+    (sweep-N.csv); sweep.csv holds both (its ranks column tells them apart)."""
     csv_path = os.path.join(d, "sweep.csv")
-    algos = "ring_chunked@tcp,transpose@tcp,ring_chunked@udp,transpose@udp,transpose@dpdk"
-    cmd = [a.sweep_bin, "--ranks", "2" if a.quick else "4",
-           "--sizes", "64K,1M" if a.quick else "64K,1M,16M", "--algos", algos, "--csv", csv_path]
-    if a.quick:
-        cmd += ["--iters", "10"]
-    run(cmd, os.path.join(d, "log.txt"))
-    rows = read_csv(csv_path)
-    ranks = rows[0]["ranks"] if rows else "?"
-    lines = stamp([rel_bin(c) for c in cmd]) + [
-        "%s local ranks (processes on one host: loopback for TCP and UDP, a memif mesh for "
-        "DPDK); every result verified exact. Ratio: p50 over ring_chunked@tcp's at that size "
-        "(below 1 is faster)." % ranks, ""]
-    lines += md_table(["size", "algorithm@transport", "p50 ms", "p99 ms", "bus GB/s",
+    algos = ("ring_chunked@tcp,ring_chunked@udp,ring_chunked@dpdk,transpose@tcp,"
+             "transpose@udp,transpose@dpdk")
+    sizes = "64K,1M" if a.quick else "4K,64K,1M,16M,64M"
+    cmds, rows = [], []
+    rank_counts = ["2"] if a.quick else ["4", "2"]
+    for ranks in rank_counts:
+        part = os.path.join(d, "sweep-%s.csv" % ranks)
+        cmd = [a.sweep_bin, "--ranks", ranks, "--sizes", sizes, "--algos", algos, "--csv", part]
+        if a.quick:
+            cmd += ["--iters", "10"]
+        run(cmd, os.path.join(d, "log-%s.txt" % ranks))
+        cmds.append(cmd)
+        rows += read_csv(part)
+    with open(csv_path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0].keys()) if rows else ["ranks"])
+        w.writeheader()
+        w.writerows(rows)
+    lines = stamp(*[[rel_bin(c) for c in cmd] for cmd in cmds]) + [
+        "Local ranks (processes on one host: loopback for TCP and UDP, a memif mesh for "
+        "DPDK), %s of them on the machine's 2 cores; every result verified exact. "
+        "Ratio: p50 over ring_chunked@tcp's at that size and rank count, in the same run "
+        "(below 1 is faster)." % " and ".join(rank_counts), ""]
+    lines += md_table(["ranks", "size", "algorithm@transport", "p50 ms", "p99 ms", "bus GB/s",
                        "p50 vs ring_chunked@tcp"],
-                      [[size_label(int(r["bytes"])), "%s@%s" % (r["algorithm"], r["transport"]),
+                      [[r["ranks"], size_label(int(r["bytes"])),
+                        "%s@%s" % (r["algorithm"], r["transport"]),
                         "%.2f" % (float(r["p50_us"]) / 1e3), "%.2f" % (float(r["p99_us"]) / 1e3),
                         r["busbw_gbps"], r["ratio_vs_ring_chunked"]] for r in rows])
     plot_sweep(rows, os.path.join(d, "sweep.png"))
@@ -405,8 +422,8 @@ def _log_plot(series, path, xlabel, ylabel, xscale):
 def plot_sweep(rows, path):
     series = {}
     for r in rows:
-        series.setdefault("%s@%s" % (r["algorithm"], r["transport"]), []).append(
-            (int(r["bytes"]), float(r["p50_us"]) / 1e3))
+        series.setdefault("%s@%s, %s ranks" % (r["algorithm"], r["transport"], r["ranks"]),
+                          []).append((int(r["bytes"]), float(r["p50_us"]) / 1e3))
     _log_plot(series, path, "buffer (bytes)", "p50 allreduce time (ms)", ("log", {"base": 2}))
 
 
