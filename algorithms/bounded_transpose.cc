@@ -379,6 +379,11 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     rx2.reset();
     a.channel->Detach(op2);
   }
+  // Returns only once this rank's phase-2 data has left it (normally at once: it went
+  // out while the peers' came in), as a Gloo collective returns once its sends are with
+  // the transport: a rank that exits right after its last allreduce (its part done) must
+  // not take its peers' results with it.
+  a.channel->FinishSends(op2, Clock::now() + half);
   guard.Disarm();
 }
 

@@ -283,6 +283,37 @@ TEST(BoundedTranspose, StragglerCostsOnlyItsContribution) {
   EXPECT_GT(stale, 0u) << "the straggler's late phase-2 packets should be dropped as stale";
 }
 
+// A rank returns from a bounded allreduce only once its phase-2 data has left it: rank 1
+// holds its last phase-2 packet as a paced transport may, and its process exits as soon as
+// its allreduce returns (its part is done). Rank 0 must still get the exact sum, as a Gloo
+// collective's peer gets everything sent before the sender returned. (Returning first, rank
+// 1 took that packet with it: rank 0 waited for its deadline and compensated.)
+TEST(BoundedTranspose, AReturnedRanksPhase2DataHasLeftIt) {
+  constexpr int kTwo = 2;
+  InMemoryBoundedHub hub(kTwo, 0.0, 17);
+  hub.HoldLastPhase2Packets(1);
+  std::vector<double> exact(kCount, 0);
+  constexpr uint64_t kBoundedStep = 2;  // after the policy's two calibration operations
+  for (int r = 0; r < kTwo; r++) {
+    for (size_t i = 0; i < kCount; i++) exact[i] += Gradient(r, kBoundedStep)[i];
+  }
+  RunThreads(kTwo, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    for (uint64_t step = 0; step <= kBoundedStep; step++) {
+      Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, /*hadamard=*/false, 0.05);
+      if (step < kBoundedStep) continue;
+      ASSERT_EQ(c.stats.mode, OpMode::kBounded) << c.stats.ToJson();
+      if (ctx->rank == 1) {
+        hub.Exit(1);
+        return;
+      }
+      EXPECT_EQ(c.stats.loss_pct, 0.0) << c.stats.ToJson();
+      EXPECT_FALSE(c.stats.damaged) << c.stats.ToJson();
+      EXPECT_LT(Compare(c.data, exact).rel_l2, 1e-6) << c.stats.ToJson();
+    }
+  });
+}
+
 TEST(BoundedTranspose, AboveLossLimitRepairsToExact) {
   // 10% drop, 1% limit: every bounded operation repairs. A repair that completes gives the
   // exact sum; one that runs out of its budget (a sanitizer build is 5-15x slower) may leave

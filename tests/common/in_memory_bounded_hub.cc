@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <vector>
 
 namespace optireduce {
 namespace testing {
@@ -25,9 +26,39 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
     const size_t last_from = packets - std::max<size_t>(1, packets / 100);
     for (size_t i = 0; i < packets; i++) {
       const size_t off = i * payload_;
-      Deliver(peer, op, static_cast<const char*>(src) + off, off,
-              std::min(payload_, nbytes - off), i >= last_from, estimated, false);
+      const char* data = static_cast<const char*>(src) + off;
+      const size_t len = std::min(payload_, nbytes - off);
+      if (hold_last_phase2 && (op & 1) && i + 1 == packets) {
+        std::lock_guard<std::mutex> lock(mu_);
+        held_.push_back({peer, op, std::vector<char>(data, data + len), off, estimated});
+        continue;
+      }
+      Deliver(peer, op, data, off, len, i >= last_from, estimated, false);
     }
+  }
+
+  void FinishSends(uint64_t op, BoundedClock::time_point) override {
+    std::vector<Held> out;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      for (auto it = held_.begin(); it != held_.end();) {
+        if (it->op == op) {
+          out.push_back(std::move(*it));
+          it = held_.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (const Held& h : out) {
+      Deliver(h.peer, h.op, h.bytes.data(), h.offset, h.bytes.size(), true, h.estimated, false);
+    }
+  }
+
+  void Exit() {
+    exited = true;
+    std::lock_guard<std::mutex> lock(mu_);
+    held_.clear();
   }
 
   void Detach(uint64_t op) override { sources_.Detach(op); }
@@ -38,6 +69,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   // A peer asks for `missing` ranges of what this rank sent it as `op`; what this rank
   // cannot send (released, or not started) it says so, as the engine does.
   void Serve(int peer, uint64_t op, const std::vector<ByteRange>& missing) {
+    if (exited) return;
     const auto access = sources_.With(op, peer, [&](const char* src, size_t nbytes, bool estimated) {
       for (const ByteRange& r : missing) {
         for (size_t off = r.begin; off < std::min(r.end, nbytes); off += payload_) {
@@ -55,10 +87,20 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
 
   transport::BoundedReceiver& receiver() { return receiver_; }
   std::atomic<uint64_t> sent{0}, dropped{0};
+  std::atomic<bool> hold_last_phase2{false}, exited{false};
 
  private:
+  struct Held {
+    int peer;
+    uint64_t op;
+    std::vector<char> bytes;
+    size_t offset;
+    bool estimated;
+  };
+
   void Deliver(int peer, uint64_t op, const char* data, size_t offset, size_t len, bool last,
                bool estimated, bool repair) {
+    if (exited) return;
     sent++;
     bool lose = hub_->drop_if_ && hub_->drop_if_(rank_, peer, op, offset, repair);
     if (!lose) {
@@ -78,6 +120,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   std::mutex mu_;
   std::mt19937_64 rng_;
   const size_t payload_;
+  std::vector<Held> held_;  // under mu_
   transport::BoundedReceiver receiver_;
   transport::BoundedSources sources_;
 };
@@ -91,6 +134,12 @@ InMemoryBoundedHub::InMemoryBoundedHub(int size, double drop, uint64_t seed, siz
 InMemoryBoundedHub::~InMemoryBoundedHub() = default;
 
 BoundedChannel* InMemoryBoundedHub::channel(int rank) { return endpoints_[rank].get(); }
+
+void InMemoryBoundedHub::HoldLastPhase2Packets(int rank) {
+  endpoints_[rank]->hold_last_phase2 = true;
+}
+
+void InMemoryBoundedHub::Exit(int rank) { endpoints_[rank]->Exit(); }
 
 transport::BoundedReceiverCounters InMemoryBoundedHub::counters(int rank) const {
   return endpoints_[rank]->receiver().counters();

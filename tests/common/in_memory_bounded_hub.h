@@ -26,6 +26,13 @@ class InMemoryBoundedHub {
   using DropIf =
       std::function<bool(int src, int dst, uint64_t op, size_t offset, bool repair)>;
   void SetDropIf(DropIf drop) { drop_if_ = std::move(drop); }
+  // `rank` sends as a paced transport may: the last packet of each of its phase-2 sends
+  // (odd operation ids, see SiblingPhaseOp) waits in the channel until FinishSends for
+  // that operation. Set before the ranks start.
+  void HoldLastPhase2Packets(int rank);
+  // `rank`'s process is gone: what it still holds is lost, and repair requests to it go
+  // unanswered (its peers wait until their deadline).
+  void Exit(int rank);
   transport::BoundedReceiverCounters counters(int rank) const;
   uint64_t sent_packets() const;
   uint64_t dropped_packets() const;
