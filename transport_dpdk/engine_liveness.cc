@@ -92,7 +92,9 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
     }
     for (Peer& p : c.peers) {
       if (!p.connected) continue;
-      if (stalled) p.live.Restart(now);
+      // A stall of this thread, or a path the backend is still setting up (nothing can
+      // arrive from the peer yet): a fresh window, not the peer's silence.
+      if (stalled || io->LinkComingUp(p.handle)) p.live.Restart(now);
       const PeerLiveness::Verdict verdict = p.live.Check(now, PendingWith(c, p, posted_from));
       if (verdict == PeerLiveness::Verdict::kAlive || verdict == PeerLiveness::Verdict::kProbe) {
         // Its next probe may be due before the regular check (the short first intervals).

@@ -90,6 +90,7 @@ class FaultInjector : public PacketIo {
     return inner_->TakeUnreachable(out, max);
   }
   std::string UnreachableCause() const override { return inner_->UnreachableCause(); }
+  bool LinkComingUp(PeerHandle peer) const override { return inner_->LinkComingUp(peer); }
   // Injected corruption is what the engine's payload checksum must catch.
   bool ProtectsPayload() const override {
     return spec_.corrupt == 0 && inner_->ProtectsPayload();

@@ -91,6 +91,9 @@ class DpdkPacketIo : public PacketIo {
   static constexpr unsigned kTxBacklogFrames = 2048;
   // Test hook: sends a raw frame on port `index` (no framing, no checks).
   bool SendRawFrame(size_t index, const uint8_t* frame, size_t len);
+  bool LinkComingUp(PeerHandle peer) const override;
+  // A hello or primer from a link's peer this recent says it is still setting up.
+  static constexpr std::chrono::milliseconds kHelloHeard{100};
 
  private:
   using Endpoint = dpdk::Endpoint;
@@ -131,6 +134,8 @@ class DpdkPacketIo : public PacketIo {
   // fault its pages in now, not in the middle of the first transfers (each
   // 4 KiB page of the ring, 1024 buffers a direction, costs a minor fault).
   std::vector<uint32_t> primers_left_;
+  // Per port: when a hello or primer last arrived (the peer's side of the set-up).
+  std::vector<std::chrono::steady_clock::time_point> last_hello_rx_;
   bool priming_ = false;
   void SendPrimers();
   std::vector<std::chrono::steady_clock::time_point> next_hello_;

@@ -30,6 +30,24 @@ int DpdkPacketIo::RoutePort(const Endpoint& peer) const {
   return it == mac_to_port_.end() ? -1 : it->second;
 }
 
+bool DpdkPacketIo::LinkComingUp(PeerHandle peer) const {
+  if (peer >= peers_.size()) return false;
+  // A memif link's set-up: the PMD's handshake, then both sides' primer frames, which
+  // take seconds with big buffers on a loaded host (the engine's first packets queue
+  // behind them). A lost link's peer is gone: not coming up.
+  const auto now = std::chrono::steady_clock::now();
+  auto coming = [&](size_t pi) {
+    return ports_[pi]->is_memif() && !link_lost_[pi] &&
+           (!link_up_[pi] || primers_left_[pi] > 0 || now - last_hello_rx_[pi] < kHelloHeard);
+  };
+  const int port = RoutePort(peers_[peer]);
+  if (port >= 0) return coming(static_cast<size_t>(port));
+  for (size_t pi = 0; pi < ports_.size(); ++pi) {
+    if (coming(pi)) return true;  // its link is not known yet: any link still coming up
+  }
+  return false;
+}
+
 void DpdkPacketIo::SendPrimers() {
   bool left = false;
   for (size_t p = 0; p < ports_.size(); ++p) {

@@ -85,6 +85,7 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
       }
       if (p.verdict == Verdict::kHello) {
         Count(c_.hellos_received);
+        last_hello_rx_[pi] = now;
       } else {
         Count(c_.rx_dropped[static_cast<int>(p.verdict == Verdict::kOk
                                                  ? Verdict::kBadIpHeader

@@ -216,10 +216,12 @@ TEST(DpdkMemif, PacketIoTwoProcessesExactAndFiltered) {
 
 std::string RunRank(const std::string& dir, int rank, int size,
                     const std::string& faults, const GlooCaseList& list,
-                    unsigned bsize = 0, uint32_t want_max_datagram = 0) {
+                    unsigned bsize = 0, uint32_t want_max_datagram = 0,
+                    std::chrono::milliseconds peer_dead = std::chrono::milliseconds(0)) {
   dpdk::attr a;
   a.eal_args = EalArgsFor(dir, rank, size, bsize);
   a.engine.faults = faults;
+  if (peer_dead.count() > 0) a.engine.peer_dead = peer_dead;
   if (!faults.empty()) a.engine.min_rto = std::chrono::microseconds(2000);
   auto dev = dpdk::CreateDeviceOrError(a);
   if (!dev.ok()) return dev.status().ToString();
@@ -290,6 +292,10 @@ TEST(DpdkMemifBigFrames, ExactWithTheLargestBuffersOnFourRanks) {
   // 65535-byte memif buffers carry 65000-byte IP frames (the MTU cap). Each rank has three
   // links; a mempool counted in frames as for a NIC would take ~270 MiB per link, more
   // than the EAL's 512 MiB for three: memif pools of big frames are bounded by bytes.
+  // Bringing up three such links per rank (64 MiB of ring per direction, faulted in by
+  // full-size primer frames ahead of the connect handshake) takes seconds on a loaded
+  // 2-core host; the default liveness bound (1 s) does not count that time as the peers'
+  // silence (DpdkPacketIo::LinkComingUp).
   TempDir dir("memif_max");
   const GlooCaseList list = StandardCases();
   auto errors = RunForked(
