@@ -112,11 +112,11 @@ class PacketIo {
     (void)max;
     return 0;
   }
-  // True while the backend is still setting up the path to `peer` or hears it at the
-  // link level only (memif: the link is not up yet, its ring is being faulted in by
-  // primer frames, or the peer's hellos and primers still arrive): the engine does not
-  // count that time as the peer's silence (PeerLiveness). Called by the progress thread
-  // (engine lock held). Backends whose path exists at once return false.
+  // True while the backend is still setting up the path to `peer` (memif: the link is
+  // not up yet, or either side still sends the primer frames that fault its ring in,
+  // ahead of the engine's packets): the engine does not count that time as the peer's
+  // silence (PeerLiveness). Called by the progress thread (engine lock held). Backends
+  // whose path exists at once return false.
   virtual bool LinkComingUp(PeerHandle peer) const {
     (void)peer;
     return false;

@@ -210,7 +210,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
     io->priming_ = io->priming_ || io->primers_left_.back() > 0;
   }
   io->next_hello_.assign(io->ports_.size(), std::chrono::steady_clock::now());
-  io->last_hello_rx_.assign(io->ports_.size(), std::chrono::steady_clock::time_point{});
+  io->last_primer_rx_.assign(io->ports_.size(), std::chrono::steady_clock::time_point{});
   io->link_up_.assign(io->ports_.size(), false);
   io->link_lost_.assign(io->ports_.size(), false);
   for (const auto& port : io->ports_) {

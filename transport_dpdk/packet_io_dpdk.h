@@ -92,8 +92,8 @@ class DpdkPacketIo : public PacketIo {
   // Test hook: sends a raw frame on port `index` (no framing, no checks).
   bool SendRawFrame(size_t index, const uint8_t* frame, size_t len);
   bool LinkComingUp(PeerHandle peer) const override;
-  // A hello or primer from a link's peer this recent says it is still setting up.
-  static constexpr std::chrono::milliseconds kHelloHeard{100};
+  // A primer from a link's peer this recent says it is still setting up its side.
+  static constexpr std::chrono::milliseconds kPrimerHeard{100};
 
  private:
   using Endpoint = dpdk::Endpoint;
@@ -134,8 +134,9 @@ class DpdkPacketIo : public PacketIo {
   // fault its pages in now, not in the middle of the first transfers (each
   // 4 KiB page of the ring, 1024 buffers a direction, costs a minor fault).
   std::vector<uint32_t> primers_left_;
-  // Per port: when a hello or primer last arrived (the peer's side of the set-up).
-  std::vector<std::chrono::steady_clock::time_point> last_hello_rx_;
+  // Per port: when the peer's last primer arrived (its side of the set-up). Not plain
+  // hellos: those also recur on a link in use.
+  std::vector<std::chrono::steady_clock::time_point> last_primer_rx_;
   bool priming_ = false;
   void SendPrimers();
   std::vector<std::chrono::steady_clock::time_point> next_hello_;

@@ -38,7 +38,7 @@ bool DpdkPacketIo::LinkComingUp(PeerHandle peer) const {
   const auto now = std::chrono::steady_clock::now();
   auto coming = [&](size_t pi) {
     return ports_[pi]->is_memif() && !link_lost_[pi] &&
-           (!link_up_[pi] || primers_left_[pi] > 0 || now - last_hello_rx_[pi] < kHelloHeard);
+           (!link_up_[pi] || primers_left_[pi] > 0 || now - last_primer_rx_[pi] < kPrimerHeard);
   };
   const int port = RoutePort(peers_[peer]);
   if (port >= 0) return coming(static_cast<size_t>(port));

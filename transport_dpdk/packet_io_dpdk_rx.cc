@@ -85,7 +85,8 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
       }
       if (p.verdict == Verdict::kHello) {
         Count(c_.hellos_received);
-        last_hello_rx_[pi] = now;
+        // A full-size hello is a primer (SendPrimers): the peer's side of the set-up.
+        if (len > dpdk::kHelloFrame) last_primer_rx_[pi] = now;
       } else {
         Count(c_.rx_dropped[static_cast<int>(p.verdict == Verdict::kOk
                                                  ? Verdict::kBadIpHeader
