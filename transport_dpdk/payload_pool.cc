@@ -46,20 +46,16 @@ PayloadPool::Bytes PayloadPool::Take(size_t size) {
   b.pool_ = shared_from_this();
   b.size_ = size;
   b.cls_ = cls;
-  if (cls < kClasses) {
+  {
     std::lock_guard<std::mutex> lock(mu_);
     ++counters_.taken;
-    auto& list = free_[cls];
-    if (!list.empty()) {
-      b.buf_ = std::move(list.back());
-      list.pop_back();
+    if (cls < kClasses && !free_[cls].empty()) {
+      b.buf_ = std::move(free_[cls].back());
+      free_[cls].pop_back();
       cached_bytes_ -= kMinCapacity << cls;
       ++counters_.reused;
       return b;
     }
-  } else {
-    std::lock_guard<std::mutex> lock(mu_);
-    ++counters_.taken;
   }
   // Not zeroed: every byte is written before it is read (a copy, or arrivals).
   b.buf_.reset(new uint8_t[cls < kClasses ? kMinCapacity << cls : size]);
