@@ -38,6 +38,17 @@ WireHeader Sample() {
   return h;
 }
 
+// Sample() as a DATA packet carrying all of an 8-byte message, with `flags`.
+WireHeader EightByteData(uint16_t flags) {
+  WireHeader h = Sample();
+  h.type = static_cast<uint8_t>(PacketType::kData);
+  h.flags = flags;
+  h.offset = 0;
+  h.total_length = 8;
+  h.payload_length = 8;
+  return h;
+}
+
 TEST(Crc32c, KnownVector) {
   // CRC32C("123456789") = 0xE3069283 (RFC 3720 test vector).
   EXPECT_EQ(Crc32c("123456789", 9), 0xE3069283u);
@@ -69,12 +80,7 @@ TEST(Crc32c, LargeInputsMatchTheBytewiseDefinition) {
 
 TEST(WireFormat, BoundedFlagsParse) {
   // An estimated bounded DATA packet and a "cannot serve" repair answer are well-formed.
-  WireHeader h = Sample();
-  h.type = static_cast<uint8_t>(PacketType::kData);
-  h.flags = kFlagUnreliable | kFlagLast | kFlagEstimated;
-  h.offset = 0;
-  h.total_length = 8;
-  h.payload_length = 8;
+  WireHeader h = EightByteData(kFlagUnreliable | kFlagLast | kFlagEstimated);
   WireHeader out;
   auto d = Build(h, std::vector<uint8_t>(8, 3));
   ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
@@ -95,12 +101,7 @@ TEST(WireFormat, BoundedFlagsParse) {
 TEST(WireFormat, PiggybackedAckOnlyOnSequencedPackets) {
   // A reliable DATA or CREDIT may carry its sender's cumulative ack; an ACK (which is one)
   // or an unreliable packet (which nobody acks in order) may not.
-  WireHeader h = Sample();
-  h.type = static_cast<uint8_t>(PacketType::kData);
-  h.flags = kFlagEager | kFlagAckPiggyback;
-  h.offset = 0;
-  h.total_length = 8;
-  h.payload_length = 8;
+  WireHeader h = EightByteData(kFlagEager | kFlagAckPiggyback);
   h.ack_seq = 41;
   WireHeader out;
   auto d = Build(h, std::vector<uint8_t>(8, 3));
