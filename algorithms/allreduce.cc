@@ -87,6 +87,7 @@ struct Job {
   uint64_t hadamard_seed{};
   int hadamard_log2_block{};
   size_t max_segment_bytes{};
+  size_t pipeline_chunk_bytes{};  // 0: one chunk per round
   size_t small_message_bytes{};  // exact operations up to this size: recursive doubling
   bool bounded{};  // OptiReduce mode asked for, and the type/op allow it
   double max_loss{};
@@ -165,6 +166,14 @@ void HadamardTransform(const Job& job, char* data, uint64_t seed, bool forward) 
 
 // One round of TAR over elements [offset, offset + len) of every shard (len clipped to each
 // shard's count), so scratch memory stays bounded for buffers of any size.
+//
+// The round is pipelined in chunks of job.pipeline_chunk_bytes: every phase-1 chunk is
+// sent at once, and an owner reduces chunk c and sends it on (phase 2) as soon as every
+// peer's chunk c is in, while later chunks are still on the wire. Phase 2 receives land in
+// place, over the regions this rank sends from in phase 1: an owner's reduced chunk c can
+// only exist once it has all of this rank's chunk c, so nothing is overwritten before it
+// has left. Chunks of one (peer, slot) are sent and received in the same order, which is
+// how transports match them (Gloo's TCP pair and ours alike).
 void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& send_buf,
                     gloo::transport::UnboundBuffer& recv_buf, const TransposePlan& plan,
                     size_t round_offset, size_t round_len, const Deadline& deadline,
@@ -180,58 +189,71 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
     *begin = plan.ShardBegin(owner) + round_offset;
     return std::min(round_len, count - round_offset);
   };
+  const size_t chunk_elems =
+      job.pipeline_chunk_bytes == 0 ? round_len
+                                    : std::max<size_t>(1, job.pipeline_chunk_bytes / esz);
+  auto chunks_of = [chunk_elems](size_t count) { return (count + chunk_elems - 1) / chunk_elems; };
+  auto chunk_len = [chunk_elems](size_t count, size_t c) {
+    return std::min(chunk_elems, count - c * chunk_elems);
+  };
 
   size_t my_begin = 0;
   const size_t my_count = piece(rank, &my_begin);
+  const size_t my_chunks = chunks_of(my_count);
   char* scratch = internal::ThreadScratch(internal::ScratchSlot::kReliableSteps,
                                           std::max<size_t>(1, (n - 1) * round_len * esz));
+  auto from_step = [&](int step) { return scratch + (step - 1) * round_len * esz; };
 
-  // Phase 1: post receives of my shard from every peer, then send each owner its shard.
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> from_peer(n - 1);
-  if (my_count > 0) {
+  // Phase 1: post a receive per chunk of my shard from every peer (a buffer each, so a
+  // chunk's arrival is known exactly), then send each owner its shard, chunk-major.
+  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> from_peer((n - 1) * my_chunks);
+  for (size_t c = 0; c < my_chunks; c++) {
     for (int step = 1; step < n; step++) {
-      const int peer = plan.RecvPeer(rank, step);
-      from_peer[step - 1] = ctx.createUnboundBuffer(scratch + (step - 1) * round_len * esz,
-                                                    my_count * esz);
-      from_peer[step - 1]->recv(peer, slot1, 0, my_count * esz);
+      const size_t len = chunk_len(my_count, c) * esz;
+      auto& buf = from_peer[c * (n - 1) + (step - 1)];
+      buf = ctx.createUnboundBuffer(from_step(step) + c * chunk_elems * esz, len);
+      buf->recv(plan.RecvPeer(rank, step), slot1, 0, len);
     }
   }
   int sends = 0;
-  for (int step = 1; step < n; step++) {
-    const int peer = plan.SendPeer(rank, step);
-    size_t begin = 0;
-    const size_t count = piece(peer, &begin);
-    if (count == 0) continue;
-    send_buf.send(peer, slot1, begin * esz, count * esz);
-    sends++;
-  }
-  // Reduce contributions in step order while later ones are still in flight.
-  char* mine = data + my_begin * esz;
-  if (my_count > 0) {
+  for (size_t c = 0;; c++) {
+    bool any = false;
     for (int step = 1; step < n; step++) {
-      WaitOne(*from_peer[step - 1], /*recv=*/true, "receiving phase-1 data from",
-              plan.RecvPeer(rank, step), g.tag, deadline);
-      g.reduce(mine, mine, scratch + (step - 1) * round_len * esz, my_count);
+      const int peer = plan.SendPeer(rank, step);
+      size_t begin = 0;
+      const size_t count = piece(peer, &begin);
+      if (c >= chunks_of(count)) continue;
+      send_buf.send(peer, slot1, (begin + c * chunk_elems) * esz, chunk_len(count, c) * esz);
+      sends++;
+      any = true;
     }
-  }
-  for (int i = 0; i < sends; i++) {
-    WaitOne(send_buf, /*recv=*/false, "sending phase-1 data to", -1, g.tag, deadline);
+    if (!any) break;
   }
 
-  // Phase 2: owners send their reduced shard to everyone; receive every other shard in place.
+  // Phase 2 receives: every other owner's reduced shard, chunk by chunk, in place.
   int recvs = 0;
   for (int step = 1; step < n; step++) {
     const int owner = plan.RecvPeer(rank, step);
     size_t begin = 0;
     const size_t count = piece(owner, &begin);
-    if (count == 0) continue;
-    recv_buf.recv(owner, slot2, begin * esz, count * esz);
-    recvs++;
+    for (size_t c = 0; c < chunks_of(count); c++) {
+      recv_buf.recv(owner, slot2, (begin + c * chunk_elems) * esz, chunk_len(count, c) * esz);
+      recvs++;
+    }
   }
-  sends = 0;
-  if (my_count > 0) {
+
+  // Reduce each chunk in step order as its contributions arrive, and send it on at once.
+  for (size_t c = 0; c < my_chunks; c++) {
+    const size_t len = chunk_len(my_count, c);
+    char* mine = data + (my_begin + c * chunk_elems) * esz;
     for (int step = 1; step < n; step++) {
-      send_buf.send(plan.SendPeer(rank, step), slot2, my_begin * esz, my_count * esz);
+      WaitOne(*from_peer[c * (n - 1) + (step - 1)], /*recv=*/true, "receiving phase-1 data from",
+              plan.RecvPeer(rank, step), g.tag, deadline);
+      g.reduce(mine, mine, from_step(step) + c * chunk_elems * esz, len);
+    }
+    for (int step = 1; step < n; step++) {
+      send_buf.send(plan.SendPeer(rank, step), slot2, (my_begin + c * chunk_elems) * esz,
+                    len * esz);
       sends++;
     }
   }
@@ -239,7 +261,7 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
     WaitOne(recv_buf, /*recv=*/true, "receiving phase-2 data from", -1, g.tag, deadline);
   }
   for (int i = 0; i < sends; i++) {
-    WaitOne(send_buf, /*recv=*/false, "sending phase-2 data to", -1, g.tag, deadline);
+    WaitOne(send_buf, /*recv=*/false, "sending data to", -1, g.tag, deadline);
   }
 }
 
@@ -616,6 +638,7 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
   job.hadamard_seed = extras.hadamardSeed();
   job.hadamard_log2_block = log2_block;
   job.max_segment_bytes = extras.maxSegmentBytes();
+  job.pipeline_chunk_bytes = extras.pipelineChunkBytes();
   job.small_message_bytes = extras.smallMessageBytes();
   job.bounded = bounded;
   job.max_loss = extras.maxLoss();

@@ -50,6 +50,10 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   void setHadamardLog2Block(int log2_block) { hadamard_log2_block_ = log2_block; }
   // Upper bound on the scratch memory per peer; larger shards are reduced in rounds.
   void setMaxSegmentBytes(size_t bytes) { max_segment_bytes_ = bytes; }
+  // Exact TAR sends each round in chunks of this many bytes and reduces and forwards a
+  // chunk as soon as it is in, overlapping both phases with the transfer. 0: one chunk per
+  // round (phase 2 starts once the whole phase 1 is reduced).
+  void setPipelineChunkBytes(size_t bytes) { pipeline_chunk_bytes_ = bytes; }
   // Exact (reliable) operations of at most this many bytes without the Hadamard transform
   // run recursive doubling (recursive_doubling.h) instead of TAR: ceil(log2 N) exchanges of
   // the whole buffer cost less than TAR's 2(N-1) messages while per-message cost dominates.
@@ -76,6 +80,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   int hadamardLog2Block() const { return hadamard_log2_block_; }
   size_t maxSegmentBytes() const { return max_segment_bytes_; }
   size_t smallMessageBytes() const { return small_message_bytes_; }
+  size_t pipelineChunkBytes() const { return pipeline_chunk_bytes_; }
   Mode mode() const { return mode_; }
   double maxLoss() const { return max_loss_; }
   Compensation compensation() const { return compensation_; }
@@ -87,6 +92,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   const gloo::detail::AllreduceOptionsImpl& glooOptions() const { return impl_; }
 
   static constexpr size_t kDefaultMaxSegmentBytes = 32 * 1024 * 1024;
+  static constexpr size_t kDefaultPipelineChunkBytes = 1024 * 1024;
   // Chosen from optireduce-sweep (bench/README.md): the largest size at which recursive
   // doubling was still faster than TAR on every transport at 2 and 4 ranks.
   static constexpr size_t kDefaultSmallMessageBytes = 64 * 1024;
@@ -108,6 +114,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   int hadamard_log2_block_ = -1;                 // -1: the Hadamard module's default
   size_t max_segment_bytes_ = kDefaultMaxSegmentBytes;
   size_t small_message_bytes_ = kDefaultSmallMessageBytes;
+  size_t pipeline_chunk_bytes_ = kDefaultPipelineChunkBytes;
   Mode mode_ = Mode::kReliable;
   double max_loss_ = kDefaultMaxLoss;
   Compensation compensation_ = Compensation::kDebias;

@@ -4,6 +4,7 @@
 //
 //   optireduce-sweep [--ranks 4] [--transport tcp] [--sizes 4K,64K,1M,16M,64M]
 //                   [--iters N] [--algos a[@transport],b,...] [--csv FILE]
+//                   [--tar-chunk SIZE]
 //
 // An algorithm may name its own transport, e.g. TAR over the DPDK backend (a memif mesh
 // between the local ranks) against Gloo's ring_chunked over Gloo's TCP device:
@@ -59,6 +60,8 @@ struct Config {
   int iters = 0;  // 0: chosen per size
   std::vector<Entry> entries;
   std::string csv;
+  // Exact TAR's pipeline chunk (AllreduceOptions::setPipelineChunkBytes; 0: none).
+  size_t tar_chunk = optireduce::AllreduceOptions::kDefaultPipelineChunkBytes;
 };
 
 bool ParseSize(const std::string& text, size_t* out) {
@@ -79,7 +82,8 @@ bool ParseSize(const std::string& text, size_t* out) {
 int Usage(const char* why) {
   std::fprintf(stderr,
                "error: %s\nusage: optireduce-sweep [--ranks N (2..16)] [--transport tcp] "
-               "[--sizes 4K,64K,1M,...] [--iters N] [--algos A[@TRANSPORT],...] [--csv FILE]\n"
+               "[--sizes 4K,64K,1M,...] [--iters N] [--algos A[@TRANSPORT],...] [--csv FILE] "
+               "[--tar-chunk SIZE (0: no pipelining)]\n"
                "algorithms: %s\ntransports: %s\n",
                why,
                "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard,"
@@ -91,7 +95,7 @@ int Usage(const char* why) {
 // One rank's timed loop for one algorithm at one size. Returns per-iteration latencies
 // (microseconds) measured on this rank, each iteration started together after a barrier.
 std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t count,
-                            int iters, bool* verified) {
+                            int iters, size_t tar_chunk, bool* verified) {
   const auto& ctx = env.context;
   std::vector<float> data(count);
   auto fill = [&] {
@@ -122,6 +126,7 @@ std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t 
       opts.setTag(tag);
       opts.setHadamard(algo == "transpose_hadamard" ? AllreduceOptions::Hadamard::kOn
                                                     : AllreduceOptions::Hadamard::kOff);
+      opts.setPipelineChunkBytes(tar_chunk);
       if (algo == "transpose_tar") opts.setSmallMessageBytes(0);
       if (algo == "recursive_doubling") opts.setSmallMessageBytes(SIZE_MAX);
       optireduce::allreduce(opts);
@@ -182,7 +187,7 @@ int RankMain(const RankEnv& env, const Config& cfg, const std::string& algo,
     const int iters = cfg.iters > 0 ? cfg.iters
                                     : static_cast<int>(std::clamp<size_t>((256u << 20) / bytes, 8, 200));
     bool verified = false;
-    std::vector<double> lat = RunAlgo(env, algo, count, iters, &verified);
+    std::vector<double> lat = RunAlgo(env, algo, count, iters, cfg.tar_chunk, &verified);
     // An allreduce is done when the last rank has its result: per iteration, the slowest rank.
     gloo::AllreduceOptions opts(env.context);
     opts.setOutput(lat.data(), lat.size());
@@ -315,6 +320,13 @@ int main(int argc, char** argv) {
     } else if (arg == "--algos") {
       algos_text = value();
       if (algos_text.empty()) return Usage("--algos needs a list");
+    } else if (arg == "--tar-chunk") {
+      const std::string v = value();
+      if (v == "0") {
+        cfg.tar_chunk = 0;
+      } else if (!ParseSize(v, &cfg.tar_chunk) || cfg.tar_chunk < 4) {
+        return Usage(("--tar-chunk: bad size '" + v + "' (0, or at least 4 bytes)").c_str());
+      }
     } else if (arg == "--csv") {
       cfg.csv = value();
       if (cfg.csv.empty()) return Usage("--csv needs a file name");

@@ -217,6 +217,37 @@ TEST(TransposeAllreduce, RoundsBoundScratchMemory) {
   });
 }
 
+// Pipelined rounds: chunks of one element up to chunks that divide no shard, alone and
+// inside bounded-scratch rounds; every chunk of both phases matched in order.
+TEST(TransposeAllreduce, PipelineChunksOfEveryShape) {
+  struct Shape {
+    size_t count, chunk_bytes, segment_bytes;
+  };
+  const Shape shapes[] = {{7, 8, 0},        {4099, 8, 0},        {4099, 24, 4096},
+                          {100001, 4000, 0}, {100001, 4000, 4096}, {100001, 0, 4096},
+                          {100001, 1 << 20, 0}};
+  for (int size : {2, 3, 5}) {
+    RunThreads(size, [&shapes](const std::shared_ptr<gloo::Context>& ctx) {
+      uint32_t tag = 0;
+      for (const Shape& s : shapes) {
+        std::vector<int64_t> data(s.count);
+        for (size_t i = 0; i < s.count; i++) data[i] = Value<int64_t>(ctx->rank, i);
+        AllreduceOptions opts(ctx);
+        opts.setOutput(data.data(), s.count);
+        opts.setReduceFunction(RawFunc(&gloo::sum<int64_t>));
+        opts.setSmallMessageBytes(0);
+        opts.setPipelineChunkBytes(s.chunk_bytes);
+        if (s.segment_bytes > 0) opts.setMaxSegmentBytes(s.segment_bytes);
+        opts.setTag(tag++);
+        allreduce(opts);
+        ExpectMatches(data, Reference<int64_t>(s.count, ctx->size, RawFunc(&gloo::sum<int64_t>)),
+                      "pipelined");
+      }
+    });
+    if (HasFailure()) FAIL() << "failed with " << size << " ranks";
+  }
+}
+
 TEST(TransposeAllreduce, SeveralInputsAndOutputs) {
   RunThreads(2, [](const std::shared_ptr<gloo::Context>& ctx) {
     const size_t count = 777;

@@ -1,5 +1,7 @@
 #include "tests/transport/conformance_cases.h"
 
+#include "algorithms/allreduce.h"
+
 #include <gloo/allgather.h>
 #include <gloo/allgather_ring.h>
 #include <gloo/allgatherv.h>
@@ -69,6 +71,21 @@ std::string NewAllreduce(const Ctx& c, size_t n, bool bcube) {
   if (bcube) o.setAlgorithm(gloo::AllreduceOptions::Algorithm::BCUBE);
   gloo::allreduce(o);
   return CheckSum(v, c->size, bcube ? "allreduce(bcube)" : "allreduce(ring)");
+}
+
+// Exact TAR (optireduce::allreduce) pipelined in small chunks that divide no shard, over
+// several rounds: many messages per (peer, slot) in flight in both phases at once.
+std::string Transpose(const Ctx& c, size_t n) {
+  auto v = Input(c->rank, n);
+  optireduce::AllreduceOptions o(c);
+  o.setOutput(v.data(), n);
+  o.setReduceFunction(&SumFn);
+  o.setTag(3);
+  o.setSmallMessageBytes(0);
+  o.setPipelineChunkBytes(4004);
+  o.setMaxSegmentBytes(64 * 1024);
+  optireduce::allreduce(o);
+  return CheckSum(v, c->size, "optireduce::allreduce (pipelined TAR)");
 }
 
 std::string NewAllgather(const Ctx& c, size_t n) {
