@@ -562,6 +562,9 @@ void Run(Job job) {
         rd.timeout = deadline.Remaining();
         RecursiveDoublingAllreduce(rd);
       } else if (g.elements > 0) {
+        // A calibrating operation measures what the bounded ones after it will take, and
+        // the bounded transpose is not pipelined: neither is its calibration.
+        if (channel != nullptr) job.pipeline_chunk_bytes = 0;
         RunReliable(job, data, seed, deadline, slot1, slot2);
       }
       stats.mode = channel != nullptr ? OpMode::kCalibration : OpMode::kReliable;
