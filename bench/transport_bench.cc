@@ -7,6 +7,7 @@
 // Prints, per transport and size: p50/p99 latency of one allreduce, bus
 // bandwidth (2(n-1)/n * bytes / p50), CPU seconds of all ranks per GiB
 // reduced (getrusage of the rank processes), and the idle CPU of one device.
+// Environment (bench/README.md): BENCH_SPIN_US, BENCH_DATAGRAM, BENCH_TIMEOUT_S.
 #include <gloo/allreduce_ring_chunked.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/file_store.h>

@@ -104,6 +104,8 @@ constexpr OtherModuleNames kOtherModuleNames[] = {
     {"OPTIREDUCE_TEST_", "tests/: test switches"},
     {"OPTIREDUCE_BENCH_", "bench/ programs' switches (bench/README.md)"},
     {"OPTIREDUCE_BUILD_DIR", "scripts/: build directory"},
+    {"OPTIREDUCE_FUZZ_", "scripts/fuzz.sh: build directory, jobs, seed"},
+    {"OPTIREDUCE_SANITIZE_JOBS", "scripts/sanitize.sh: jobs"},
 };
 
 // Names of the original OptiReduce project that have no equivalent here.

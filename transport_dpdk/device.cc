@@ -36,6 +36,14 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
   return std::make_shared<Device>(std::move(*engine), options);
 }
 
+std::shared_ptr<::gloo::transport::Device> DeviceOrThrow(
+    absl::StatusOr<std::shared_ptr<Device>> device, const char* what) {
+  if (!device.ok()) {
+    GLOO_THROW_INVALID_OPERATION_EXCEPTION(what, ": ", device.status().ToString());
+  }
+  return *std::move(device);
+}
+
 namespace udp {
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
   auto io = UdpPacketIo::Create(a);
@@ -45,12 +53,7 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
   return CreateDeviceOverIo(std::move(*io), a.engine, rx);
 }
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  auto d = CreateDeviceOrError(a);
-  if (!d.ok()) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("udp::CreateDevice: ",
-                                           d.status().ToString());
-  }
-  return *d;
+  return DeviceOrThrow(CreateDeviceOrError(a), "udp::CreateDevice");
 }
 }  // namespace udp
 
@@ -65,12 +68,7 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
                             a.queue_capacity * a.max_datagram / 2);
 }
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  auto d = CreateDeviceOrError(a);
-  if (!d.ok()) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("loop::CreateDevice: ",
-                                           d.status().ToString());
-  }
-  return *d;
+  return DeviceOrThrow(CreateDeviceOrError(a), "loop::CreateDevice");
 }
 }  // namespace loop
 

@@ -45,6 +45,11 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
     std::unique_ptr<PacketIo> io, const EngineOptions& options,
     size_t rx_buffer_bytes);
 
+// The device of a CreateDeviceOrError, or gloo::InvalidOperationException with the error
+// after `what` ("udp::CreateDevice"): every backend's throwing CreateDevice.
+std::shared_ptr<::gloo::transport::Device> DeviceOrThrow(
+    absl::StatusOr<std::shared_ptr<Device>> device, const char* what);
+
 namespace udp {
 // Throws gloo::InvalidOperationException on bad attributes or socket errors.
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);

@@ -1,7 +1,5 @@
 #include "transport_dpdk/dpdk_device.h"
 
-#include <gloo/common/error.h>
-
 #include <mutex>
 
 #include <rte_errno.h>
@@ -25,12 +23,7 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
 }
 
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  auto d = CreateDeviceOrError(a);
-  if (!d.ok()) {
-    GLOO_THROW_INVALID_OPERATION_EXCEPTION("dpdk::CreateDevice: ",
-                                           d.status().ToString());
-  }
-  return *d;
+  return DeviceOrThrow(CreateDeviceOrError(a), "dpdk::CreateDevice");
 }
 
 std::string MemifMeshEalArgs(const std::string& dir, int rank, int size,

@@ -305,10 +305,10 @@ size_t RssBytes() {
 // PyTorch's ProcessGroupGloo gives every collective a new tag. Real allreduces with unique
 // tags: every operation's Hadamard seed differs from the one before and is the same on both
 // ranks; no per-tag state accumulates (the ledger at 100 000 tags: operation_ledger_test).
-// OPTIREDUCE_UNIQUE_TAG_OPS sets the count (default 2000), and the RSS growth after the
+// OPTIREDUCE_TEST_UNIQUE_TAG_OPS sets the count (default 2000), and the RSS growth after the
 // first tenth is printed (the benchmark number; the assertion is on the seeds and state).
 TEST(AgreedMode, UniqueTagsGetFreshSeedsEqualOnAllRanks) {
-  const char* env = std::getenv("OPTIREDUCE_UNIQUE_TAG_OPS");
+  const char* env = std::getenv("OPTIREDUCE_TEST_UNIQUE_TAG_OPS");
   const int ops = env ? std::atoi(env) : 2000;
   constexpr size_t kCount = 1024;
   std::vector<uint64_t> seeds[2];

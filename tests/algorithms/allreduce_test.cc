@@ -294,8 +294,8 @@ TEST(TransposeAllreduce, GlooAlgorithmClass) {
 TEST(TransposeAllreduce, LargeBufferBeyondFourGiBOffsets) {
   // 2 ranks x 4.5 GiB of uint8: offsets past 2^32 bytes, 72 rounds. Moves ~9 GiB through
   // loopback TCP (80 s on an idle 2-core machine), so it runs on request only.
-  if (std::getenv("OPTIREDUCE_LARGE_TESTS") == nullptr) {
-    GTEST_SKIP() << "set OPTIREDUCE_LARGE_TESTS=1 to run the 4.5 GiB allreduce";
+  if (std::getenv("OPTIREDUCE_TEST_LARGE") == nullptr) {
+    GTEST_SKIP() << "set OPTIREDUCE_TEST_LARGE=1 to run the 4.5 GiB allreduce";
   }
   const size_t count = (size_t{9} << 29);
   RunThreads(2, [count](const std::shared_ptr<gloo::Context>& ctx) {

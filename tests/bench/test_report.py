@@ -11,7 +11,7 @@ REPORT = os.path.join(REPO, "bench", "report.py")
 
 
 def sweep_bin(bench_bin):
-    return os.environ.get("OPTIREDUCE_SWEEP_BIN",
+    return os.environ.get("OPTIREDUCE_BENCH_SWEEP_BIN",
                           os.path.join(os.path.dirname(bench_bin), "optireduce-sweep"))
 
 
@@ -19,9 +19,9 @@ def tool_args(bench_bin):
     """The tools report.py runs, next to optireduce-bench unless the environment names them."""
     here = os.path.dirname(bench_bin)
     return ["--bench-bin", bench_bin, "--sweep-bin", sweep_bin(bench_bin),
-            "--latency-bin", os.environ.get("OPTIREDUCE_LATENCY_BIN",
+            "--latency-bin", os.environ.get("OPTIREDUCE_BENCH_LATENCY_BIN",
                                             os.path.join(here, "latency_bench")),
-            "--peer-death-bin", os.environ.get("OPTIREDUCE_PEER_DEATH_BIN",
+            "--peer-death-bin", os.environ.get("OPTIREDUCE_BENCH_PEER_DEATH_BIN",
                                                os.path.join(here, "peer_death_bench"))]
 
 

@@ -8,11 +8,14 @@ module, or when the variables are not listed exactly once.
 Rules:
   1. C/C++: the process environment (getenv, secure_getenv, environ) is read only in
      gloo_ext/config.cc (gloo_ext::ReadEnvironment). bench/ programs may read their own
-     BENCH_* knobs; tests/ may read their own switches, never a library variable.
-  2. Python: an OPTIREDUCE_*/GLOO_* name read from os.environ / os.getenv must be one the
-     config table documents (the Python package reads OPTIREDUCE_TORCH_LIB before it can
-     load the library, and optireduce.RedisStore the Redis variables), or one config.cc's
-     kOtherModuleNames gives to the tests, bench or build scripts.
+     knobs (BENCH_*, each named in bench/README.md, or a name of kOtherModuleNames); tests/
+     may read their own switches, never a library variable, and an OPTIREDUCE_* switch is
+     one of kOtherModuleNames (OPTIREDUCE_TEST_*), so the library does not warn about it.
+  2. Python and shell: an OPTIREDUCE_*/GLOO_* name read from os.environ / os.getenv or
+     expanded as $NAME must be one the config table documents (the Python package reads
+     OPTIREDUCE_TORCH_LIB before it can load the library, and optireduce.RedisStore the
+     Redis variables), or one config.cc's kOtherModuleNames gives to the tests, bench or
+     build scripts.
   3. gloo_ext/config.cc's table lists every name and alias once, and gloo_ext/README.md's
      variable table lists exactly the same names, each once, with the same alias.
 """
@@ -23,7 +26,10 @@ import sys
 
 CONFIG_MODULE = "gloo_ext/config.cc"
 CXX_DIRS = ("algorithms", "transport_dpdk", "rendezvous", "gloo_ext", "bench", "tests")
-PY_DIRS = ("gloo_ext", "bench")
+PY_DIRS = ("gloo_ext", "bench", "tests", "scripts")
+SH_DIRS = ("bench", "tests", "scripts")
+# This checker's own self-test cases are strings that look like reads.
+SELF = "tests/gloo_ext/check_config_reads.py"
 CXX_EXT = (".cc", ".h", ".cpp", ".c", ".hpp")
 # Listed in the README's table for users, read by PyTorch itself, not by optireduce.
 READ_BY_TORCH = {"GLOO_DEVICE_TRANSPORT"}
@@ -35,11 +41,18 @@ PY_READ = re.compile(
     r"""|os\.environ\[\s*["']([A-Z0-9_]+)["']\s*\](?!\s*=[^=])""")
 OTHER_ROW = re.compile(r"^\s*\{\"(OPTIREDUCE_[A-Z0-9_]*)\", \"", re.M)
 TABLE_ROW = re.compile(r"^\s*\{\"([A-Z][A-Z0-9_]*)\", \"([A-Z0-9_]*)\",", re.M)
+SH_READ = re.compile(r"\$\{?((?:OPTIREDUCE|GLOO)_[A-Z0-9_]+)")
 README_ROW = re.compile(r"^\| `([A-Z][A-Z0-9_]*)` \| (?:`([A-Z][A-Z0-9_]*)`|—) \|", re.M)
 
 
 def library_name(name):
     return name.startswith(("OPTIREDUCE_", "GLOO_"))
+
+
+def owned(name, other_modules):
+    """True when config.cc's kOtherModuleNames gives `name` to another module (an entry
+    ending in '_' is a prefix)."""
+    return any(name.startswith(o) if o.endswith("_") else name == o for o in other_modules)
 
 
 def strip_comments(text):
@@ -48,8 +61,9 @@ def strip_comments(text):
     return re.sub(r"//[^\n]*", "", text)
 
 
-def cxx_problems(rel, text, documented):
-    """Rule 1 for one C/C++ file: a list of 'file:line: problem'."""
+def cxx_problems(rel, text, documented, other_modules=(), bench_readme=None):
+    """Rule 1 for one C/C++ file: a list of 'file:line: problem'. bench_readme: the text
+    bench/README.md, which names every knob a bench program reads (None: not checked)."""
     if rel == CONFIG_MODULE:
         return []
     problems = []
@@ -63,8 +77,20 @@ def cxx_problems(rel, text, documented):
                 if name in documented:
                     problems.append(f"{rel}:{n}: reads library variable {name} (tests reach "
                                     f"it through gloo_ext's *FromEnvironment helpers)")
-            elif rel.startswith("bench/") and not library_name(name):
-                pass  # the bench programs' own BENCH_* knobs
+                elif library_name(name) and not owned(name, other_modules):
+                    problems.append(f"{rel}:{n}: test switch {name} is not a name of "
+                                    f"{CONFIG_MODULE}'s kOtherModuleNames (OPTIREDUCE_TEST_*): "
+                                    f"the library warns about it as unknown")
+            elif rel.startswith("bench/") and library_name(name):
+                if not owned(name, other_modules):
+                    problems.append(f"{rel}:{n}: reads {name} with getenv outside "
+                                    f"{CONFIG_MODULE} (use gloo_ext::ReadEnvironment or "
+                                    f"ConfigFromEnvironment)")
+            elif rel.startswith("bench/"):
+                # The bench programs' own BENCH_* knobs, each documented.
+                if bench_readme is not None and f"`{name}`" not in bench_readme:
+                    problems.append(f"{rel}:{n}: bench knob {name} is not named (`{name}`) "
+                                    f"in bench/README.md")
             elif rel.startswith(("transport_dpdk/", "rendezvous/", "algorithms/")):
                 problems.append(f"{rel}:{n}: reads {name} with getenv: this layer takes its "
                                 f"settings in its attr/options struct, which gloo_ext fills "
@@ -86,11 +112,23 @@ def py_problems(rel, text, documented, other_modules=()):
             continue
         for m in PY_READ.finditer(line):
             name = m.group(1) or m.group(2)
-            owned = any(name.startswith(o) if o.endswith("_") else name == o
-                        for o in other_modules)
-            if library_name(name) and name not in documented and not owned:
+            if library_name(name) and name not in documented and not owned(name, other_modules):
                 problems.append(f"{rel}:{n}: reads {name}, which gloo_ext/config.cc's table "
                                 f"does not document")
+    return problems
+
+
+def sh_problems(rel, text, documented, other_modules=()):
+    """Rule 2 for one shell script: $OPTIREDUCE_*/$GLOO_* expansions."""
+    problems = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if line.lstrip().startswith("#"):
+            continue
+        for m in SH_READ.finditer(line):
+            name = m.group(1)
+            if name not in documented and not owned(name, other_modules):
+                problems.append(f"{rel}:{n}: reads {name}, which neither gloo_ext/config.cc's "
+                                f"table nor its kOtherModuleNames lists")
     return problems
 
 
@@ -147,18 +185,26 @@ def check_tree(root):
     if "OPTIREDUCE_TEST_" not in others:
         return [f"{CONFIG_MODULE}: kOtherModuleNames not found (did its format change?)"]
     problems = table_problems(rows, open(os.path.join(root, "gloo_ext/README.md")).read())
+    bench_readme = open(os.path.join(root, "bench/README.md")).read()
     checked = 0
-    for top in sorted(set(CXX_DIRS + PY_DIRS)):
+    for top in sorted(set(CXX_DIRS + PY_DIRS + SH_DIRS)):
         for dirpath, dirnames, filenames in os.walk(os.path.join(root, top)):
             dirnames[:] = [d for d in dirnames if d not in ("corpus", "__pycache__")]
             for f in sorted(filenames):
                 path = os.path.join(dirpath, f)
                 rel = os.path.relpath(path, root)
+                if rel == SELF:
+                    continue
                 if f.endswith(CXX_EXT) and top in CXX_DIRS:
-                    problems += cxx_problems(rel, open(path, errors="replace").read(), documented)
+                    problems += cxx_problems(rel, open(path, errors="replace").read(), documented,
+                                             others, bench_readme)
                     checked += 1
                 elif f.endswith(".py") and top in PY_DIRS:
                     problems += py_problems(rel, open(path, errors="replace").read(), documented,
+                                            others)
+                    checked += 1
+                elif f.endswith(".sh") and top in SH_DIRS:
+                    problems += sh_problems(rel, open(path, errors="replace").read(), documented,
                                             others)
                     checked += 1
     if checked < 50:
@@ -174,8 +220,12 @@ def self_test():
         (cxx_problems, "algorithms/x.cc", "for (char** e = environ; *e; e++) {}", 1),
         (cxx_problems, "bench/x.cc", 'if (getenv("OPTIREDUCE_EAL_ARGS")) {}', 1),
         (cxx_problems, "bench/x.cc", 'if (getenv("BENCH_SPIN_US")) {}', 0),
+        (cxx_problems, "bench/x.cc", 'if (getenv("BENCH_SPIN_UZ")) {}', 1),  # not in the README
+        (cxx_problems, "bench/x.cc", 'if (getenv("OPTIREDUCE_BENCH_STATS")) {}', 0),
         (cxx_problems, "tests/x.cc", 'setenv("OPTIREDUCE_FAULTS", "x", 1); getenv("OPTIREDUCE_FAULTS");', 1),
         (cxx_problems, "tests/x.cc", 'getenv("OPTIREDUCE_TEST_CASES");', 0),
+        (cxx_problems, "tests/x.cc", 'getenv("OPTIREDUCE_SOAK_SECONDS");', 1),  # not owned
+        (cxx_problems, "tests/x.cc", 'getenv("DEBUG_STATS");', 0),
         (cxx_problems, "gloo_ext/config.cc", 'std::getenv(std::string(name).c_str());', 0),
         (cxx_problems, "transport_dpdk/x.cc", '// reads nothing: getenv("OPTIREDUCE_FAULTS")', 0),
         (py_problems, "gloo_ext/python/x.py", 'p = os.environ.get("OPTIREDUCE_TORCH_LIB")', 0),
@@ -185,11 +235,20 @@ def self_test():
         (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BUILD_DIR", "build")', 0),
         (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BENCH_BIN")', 0),
         (py_problems, "bench/x.py", 'd = os.environ.get("OPTIREDUCE_BUILD_DIRS")', 1),
+        (py_problems, "tests/x.py", 'd = os.environ.get("OPTIREDUCE_SWEEP_BIN")', 1),
+        (sh_problems, "scripts/x.sh", 'B=${OPTIREDUCE_BUILD_DIR:-build}', 0),
+        (sh_problems, "scripts/x.sh", 'J=${OPTIREDUCE_FUZZ_JOBS:-2} S=$OPTIREDUCE_FUZZ_SEED', 0),
+        (sh_problems, "scripts/x.sh", 'J=${OPTIREDUCE_JOBS:-2}', 1),
+        (sh_problems, "scripts/x.sh", '# J=${OPTIREDUCE_JOBS:-2}', 0),
     ]
     failures = []
-    others = ["OPTIREDUCE_BENCH_", "OPTIREDUCE_BUILD_DIR"]
+    others = ["OPTIREDUCE_BENCH_", "OPTIREDUCE_BUILD_DIR", "OPTIREDUCE_TEST_", "OPTIREDUCE_FUZZ_"]
+    bench_readme = "`BENCH_SPIN_US` sets the spin"
     for fn, rel, text, want in cases:
-        got = fn(rel, text, documented, others) if fn is py_problems else fn(rel, text, documented)
+        if fn is cxx_problems:
+            got = fn(rel, text, documented, others, bench_readme)
+        else:
+            got = fn(rel, text, documented, others)
         if len(got) != want:
             failures.append(f"{fn.__name__}({rel!r}, {text!r}): {len(got)} problems, want {want}: {got}")
     rows = [("OPTIREDUCE_A", ""), ("OPTIREDUCE_B", "GLOO_DPDK_B")]

@@ -3,10 +3,10 @@
 // on our udp and loop devices, ranks as threads of this process: every
 // result must be exact.
 //
-// The default is a sample that runs in seconds. OPTIREDUCE_OLD_STYLE_FULL=1
+// The default is a sample that runs in seconds. OPTIREDUCE_TEST_OLD_STYLE_FULL=1
 // runs every rank count 2..16 (and 27 for bcube base 3) with more sizes;
-// OPTIREDUCE_OLD_STYLE_RANKS=9,16 picks the rank counts;
-// OPTIREDUCE_OLD_STYLE_RUNS=N repeats every configuration N times, each on
+// OPTIREDUCE_TEST_OLD_STYLE_RANKS=9,16 picks the rank counts;
+// OPTIREDUCE_TEST_OLD_STYLE_RUNS=N repeats every configuration N times, each on
 // freshly connected contexts; OPTIREDUCE_TEST_TCP_BASELINE=1 adds Gloo's TCP
 // device as a reference.
 #include <gloo/allreduce_bcube.h>
@@ -37,10 +37,10 @@ namespace {
 using T = int32_t;
 using Ctx = std::shared_ptr<gloo::Context>;
 
-bool Full() { return std::getenv("OPTIREDUCE_OLD_STYLE_FULL") != nullptr; }
+bool Full() { return std::getenv("OPTIREDUCE_TEST_OLD_STYLE_FULL") != nullptr; }
 
 int Runs() {
-  const char* v = std::getenv("OPTIREDUCE_OLD_STYLE_RUNS");
+  const char* v = std::getenv("OPTIREDUCE_TEST_OLD_STYLE_RUNS");
   return v ? std::max(1, std::atoi(v)) : 1;
 }
 
@@ -161,7 +161,7 @@ std::vector<int> BasesFor(int ranks) {
 }
 
 std::vector<int> RankCounts() {
-  if (const char* only = std::getenv("OPTIREDUCE_OLD_STYLE_RANKS")) {
+  if (const char* only = std::getenv("OPTIREDUCE_TEST_OLD_STYLE_RANKS")) {
     std::vector<int> r;
     std::stringstream list(only);
     for (std::string item; std::getline(list, item, ',');) r.push_back(std::stoi(item));

@@ -2,7 +2,7 @@
 //  - FaultSoak: thousands of collectives on 4 ranks under drop + dup + reorder + corrupt +
 //    delay (OPTIREDUCE_FAULTS): reliable TAR and Gloo's ring exact every time, OptiReduce's
 //    bounded mode within bound + repair budget every time, RSS flat after warm-up.
-//    OPTIREDUCE_SOAK_SECONDS sets its length (default 60 s, and at least 600 iterations;
+//    OPTIREDUCE_TEST_SOAK_SECONDS sets its length (default 60 s, and at least 600 iterations;
 //    see SECURITY.md).
 //  - PeerFailureLatePeer: a rank calls one bounded collective three bounds late: absorbed.
 //  - PeerFailure: a rank SIGKILLed at each point of a bounded collective and during
@@ -101,7 +101,7 @@ class ReliabilityProcesses : public ::testing::Test {
 
 TEST_F(ReliabilityProcesses, FaultSoak) {
   const char* faults = "drop=0.01,dup=0.01,reorder=0.02,corrupt=0.005,delay_us=200,seed=17";
-  const char* seconds = std::getenv("OPTIREDUCE_SOAK_SECONDS");
+  const char* seconds = std::getenv("OPTIREDUCE_TEST_SOAK_SECONDS");
   const long run_s = seconds ? std::atol(seconds) : 60;  // and at least 600 iterations
   setenv("OPTIREDUCE_FAULTS", faults, 1);
   const int n = 4;

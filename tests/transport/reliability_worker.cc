@@ -6,7 +6,7 @@
 //                    reliable TAR and Gloo's ring (exact, every time) and OptiReduce's bounded
 //                    mode (returns within bound + repair budget, every time); RSS reported
 //                    at start, after warm-up and at the end, and asserted flat.
-//                    --seconds=S (default env OPTIREDUCE_SOAK_SECONDS, else 60)
+//                    --seconds=S (default env OPTIREDUCE_TEST_SOAK_SECONDS, else 60)
 //   --mode=peerfail  bounded (OptiReduce mode) collectives in which rank --victim SIGKILLs
 //                    itself at --kill_at=before1|during1|between|during2|repair, or reliable
 //                    TAR (--kill_at=tar); survivors must return/raise within their bounds,
@@ -277,7 +277,7 @@ std::shared_ptr<TimeoutPolicy> MakePolicy(int calibration_ops, std::chrono::mill
 
 int Soak(int size) {
   double seconds = 60;  // and at least 2 x kWarmOps iterations
-  if (const char* env = std::getenv("OPTIREDUCE_SOAK_SECONDS")) seconds = std::atof(env);
+  if (const char* env = std::getenv("OPTIREDUCE_TEST_SOAK_SECONDS")) seconds = std::atof(env);
   if (g_args.count("seconds")) seconds = std::stod(g_args["seconds"]);
   const long rss_start = RssKiB();
   auto device = MakeDevice();
