@@ -147,6 +147,26 @@ def run_python(code, env, timeout=120):
                           timeout=timeout)
 
 
+def have_dpdk():
+    p = run_python("import optireduce; print(optireduce.have_dpdk())", base_env())
+    return p.returncode == 0 and p.stdout.strip() == "True"
+
+
+def memif_mesh_eal(rank, size, job_dir):
+    """EAL arguments of `rank`: one memif link per peer (the lower rank of a pair serves
+    its socket), no hugepages — as transport::dpdk::MemifMeshEalArgs."""
+    vdevs = []
+    for peer in range(size):
+        if peer == rank:
+            continue
+        lo, hi = min(rank, peer), max(rank, peer)
+        role = "server" if rank == lo else "client"
+        vdevs.append(f"--vdev=net_memif{len(vdevs)},role={role},id=0,"
+                     f"socket={job_dir}/{lo}-{hi}.sock,socket-abstract=no")
+    return ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
+            + " ".join(vdevs))
+
+
 class RedisServer:
     """A real redis-server on a free loopback port with a password and no persistence."""
 

@@ -8,7 +8,7 @@ stock Gloo fails here.
 
 import pytest
 
-from conftest import base_env, free_port, torch_lib
+from conftest import base_env, free_port, have_dpdk, memif_mesh_eal, torch_lib
 
 ALGOS = ["ring", "transpose", "optireduce"]
 
@@ -94,28 +94,6 @@ def test_torch_multiprocessing_spawn():
     assert p.returncode == 0, p.stderr
     lines = sorted(p.stdout.split("\n")[:2])
     assert lines == ["0 1 1", "1 1 1"], p.stdout
-
-
-def have_dpdk():
-    from conftest import run_python
-
-    p = run_python("import optireduce; print(optireduce.have_dpdk())", base_env())
-    return p.returncode == 0 and p.stdout.strip() == "True"
-
-
-def memif_mesh_eal(rank, size, job_dir):
-    """EAL arguments of `rank`: one memif link per peer (the lower rank of a pair serves
-    its socket), no hugepages — as transport::dpdk::MemifMeshEalArgs."""
-    vdevs = []
-    for peer in range(size):
-        if peer == rank:
-            continue
-        lo, hi = min(rank, peer), max(rank, peer)
-        role = "server" if rank == lo else "client"
-        vdevs.append(f"--vdev=net_memif{len(vdevs)},role={role},id=0,"
-                     f"socket={job_dir}/{lo}-{hi}.sock,socket-abstract=no")
-    return ("--no-huge --no-shconf -m 512 --no-pci --no-telemetry --log-level=*:warning "
-            + " ".join(vdevs))
 
 
 # DPDK over memif: every algorithm with 2 ranks, OptiReduce mode also with 4.

@@ -1,13 +1,14 @@
 """A two-rank torch.distributed job (backend gloo, 120 s timeout) whose rank 1 dies after
 one allreduce: rank 0's next allreduce must raise within the liveness bound, on our UDP
 device as on Gloo's TCP device, naming the dead rank on ours; in OptiReduce mode too (past
-calibration, 4 MiB buckets), which absorbs lateness and loss but never a dead peer."""
+calibration, 4 MiB buckets), which absorbs lateness and loss but never a dead peer, over
+UDP and over DPDK (a memif link between the ranks)."""
 
 import json
 
 import pytest
 
-from conftest import base_env
+from conftest import base_env, have_dpdk, memif_mesh_eal
 
 
 def survivor_of(run_job, env, args):
@@ -42,3 +43,24 @@ def test_optireduce_mode_survivor_raises_soon(run_job, how):
     survivor, took = survivor_of(run_job, env, [how, str(1 << 20), "25"])
     assert took < 5.0, (took, survivor["message"])
     assert "rank 1" in survivor["message"], survivor["message"]
+    assert survivor["bounded_ops"] >= 1, survivor  # past calibration: bounded operations
+
+
+@pytest.mark.parametrize("how", ["exit", "kill"])
+def test_optireduce_mode_over_dpdk_survivor_raises_soon(run_job, how):
+    if not have_dpdk():
+        pytest.skip("this build has no DPDK device")
+
+    def rank_env(rank, job_dir):
+        env = base_env(GLOO_ALGO="optireduce", GLOO_DEVICE_TRANSPORT="DPDK")
+        env["OPTIREDUCE_EAL_ARGS"] = memif_mesh_eal(rank, 2, job_dir)
+        return env
+
+    # after-peer: over memif a rank that exits right after its last bounded allreduce can
+    # take that operation's last frames with it (in its TX backlog or in the link's ring
+    # when the peer's PMD tears the link down), and the peer then raises inside that
+    # operation; here rank 1 dies between operations.
+    survivor, took = survivor_of(run_job, rank_env, [how, str(1 << 20), "25", "after-peer"])
+    assert took < 5.0, (took, survivor["message"])
+    assert "rank 1" in survivor["message"], survivor["message"]
+    assert survivor["bounded_ops"] >= 1, survivor
