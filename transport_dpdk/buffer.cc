@@ -51,7 +51,8 @@ void Buffer::waitRecv() {
 void Buffer::waitSend() {
   WaitForCompletion(*sink_, true, nullptr, context_->getTimeout(),
                     [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                    [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                    &context_->engine());
 }
 
 }  // namespace transport

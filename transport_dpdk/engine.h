@@ -140,9 +140,10 @@ class Engine {
   int ContextSize(uint32_t ctx) const;
 
   // Waiter-driven receive (engine_waiter.cc), on backends whose wait returns on input
-  // (PacketIo::WakesOnInput): a user thread that waits for a receive polls the device
-  // itself, so that a datagram's arrival wakes that thread and not the progress thread
-  // first and the waiter after it. `sink_lock` holds the lock of the sink waited on;
+  // (PacketIo::WakesOnInput): a user thread that waits for a completion (a receive, or
+  // the acknowledgement that completes a send) polls the device itself, so that a
+  // datagram's arrival wakes that thread and not the progress thread first and the
+  // waiter after it. `sink_lock` holds the lock of the sink waited on;
   // `ready()` (called with it held) says whether the wait is over. Returns with the lock
   // held: kReady once ready() holds, kTimedOut at `until` (it does not hold), kNotDriven
   // at once if this backend or moment has no waiter polling (another thread is the

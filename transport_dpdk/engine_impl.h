@@ -79,7 +79,7 @@ struct Engine::Impl {
   const bool wakes_on_input = io->WakesOnInput();
 
   // ---- waiter-driven receive (engine_waiter.cc) ----
-  // A user thread polls the engine itself while it waits for a receive (at most one
+  // A user thread polls the engine itself while it waits for a completion (at most one
   // at a time; Engine::DriveWait). Written under mu; read without it too.
   std::atomic<bool> waiter_active{false};
   // The waiter is inside its own Poll right now. Under mu.

@@ -1,5 +1,6 @@
-// Waiter-driven receive: a user thread that waits for a receive polls the device itself
-// (Engine::DriveWait), so an arrival wakes the one thread that needs it. While it does,
+// Waiter-driven receive: a user thread that waits for a completion (Gloo's waitRecv,
+// waitSend, pollRecv) polls the device itself (Engine::DriveWait), so an arrival wakes
+// the one thread that needs it. While it does,
 // the progress thread waits for Wake() only (engine_loop.cc), with a short timeout that
 // doubles while the waiter stays, and takes the input over when the waiter leaves.
 #include <sched.h>

@@ -31,7 +31,7 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
   const auto until = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::max()
                                           : std::chrono::steady_clock::now() + timeout;
   Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
-  if (!send && engine && !ready()) driven = engine->DriveWait(lock, ready, until);
+  if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
   bool timed_out = driven == Engine::DriveResult::kTimedOut;
   if (driven == Engine::DriveResult::kNotDriven) {
     if (timeout.count() <= 0) {
@@ -73,13 +73,17 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
 }
 
 PollResult PollForCompletion(OpSink& sink, bool send, int* rank,
-                             std::chrono::milliseconds slice) {
+                             std::chrono::milliseconds slice, Engine* engine) {
   {
     std::unique_lock<std::mutex> lock(sink.mu);
     auto& done = send ? sink.sends_done : sink.recvs_done;
     const bool& aborted = send ? sink.abort_send : sink.abort_recv;
-    if (!sink.cv.wait_for(lock, slice,
-                          [&] { return !done.empty() || aborted || !sink.errors.empty(); })) {
+    auto ready = [&] { return !done.empty() || aborted || !sink.errors.empty(); };
+    const auto until = std::chrono::steady_clock::now() + slice;
+    Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
+    if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
+    if (driven == Engine::DriveResult::kTimedOut ||
+        (driven == Engine::DriveResult::kNotDriven && !sink.cv.wait_until(lock, until, ready))) {
       return PollResult::kNotYet;
     }
   }

@@ -22,7 +22,7 @@ class Engine;
 // the sink lock: the adapters fail the context there (Engine::FailContext), so
 // the timed-out operation can never write into the caller's memory later and
 // every other pending or later operation of the context raises too.
-// engine (may be null): the sink's engine; a recv wait polls it itself while it waits
+// engine (may be null): the sink's engine; the wait polls it itself while it waits
 // where the backend allows (Engine::DriveWait, waiter-driven receive), so an arrival
 // needs no hand-off from the progress thread. Aborts must then also Engine::WakeWaiter.
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
@@ -35,7 +35,9 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
 // wait, treats the end of the slice as no failure: the operation stays posted
 // and the context usable. Errors still raise gloo::IoException.
 enum class PollResult { kCompleted, kAborted, kNotYet };
-PollResult PollForCompletion(OpSink& sink, bool send, int* rank, std::chrono::milliseconds slice);
+// engine (may be null): polled by the waiting thread, as in WaitForCompletion.
+PollResult PollForCompletion(OpSink& sink, bool send, int* rank, std::chrono::milliseconds slice,
+                             Engine* engine = nullptr);
 
 }  // namespace transport
 }  // namespace optireduce

@@ -9,7 +9,7 @@
 // lock held, so never concurrently (from the progress thread, or from a user
 // thread that posts a send and transmits it inline). WaitForInput and WaitForWake are
 // called only by the progress thread, WaitAsWaiter only by the one user thread that
-// polls the engine while it waits for a receive (engine_waiter.cc), all without the
+// polls the engine while it waits for a completion (engine_waiter.cc), all without the
 // lock; they may overlap a TxBurst. Wake() and WakeWaiter() may be called from any
 // thread at any time.
 #pragma once
@@ -93,7 +93,7 @@ class PacketIo {
   virtual void Wake() = 0;
 
   // Backends that wake on input (WakesOnInput) separate the two threads that may wait on
-  // it: while a user thread polls the engine for its receive, it waits in WaitAsWaiter
+  // it: while a user thread polls the engine for its completion, it waits in WaitAsWaiter
   // (input or WakeWaiter() end it) and the progress thread in WaitForWake (only Wake() or
   // the timeout end it), so that one arrival wakes one thread. The defaults (for
   // backends that never have such a waiter) are the plain wait and wake.

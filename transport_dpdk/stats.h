@@ -66,7 +66,7 @@ namespace transport {
   /* Polls of a spin (no sleep after them) that found nothing and yielded the core. */ \
   X(progress_yields)                                                                    \
   /* Waiter-driven receive (engine_waiter.cc): polls of the device by a user thread */  \
-  /* that waits for a receive, and the datagrams those polls received (each one */      \
+  /* that waits for a completion, and the datagrams those polls received (each one */   \
   /* needed no hand-off from the progress thread). */                                  \
   X(waiter_polls) X(rx_by_waiter)                                                       \
   /* Destroyed contexts released once every peer confirmed it needs nothing more */    \

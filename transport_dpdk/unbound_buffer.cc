@@ -48,13 +48,14 @@ bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
 }
 
 PollResult UnboundBuffer::pollRecv(int* rank, std::chrono::milliseconds slice) {
-  return PollForCompletion(*sink_, false, rank, slice);
+  return PollForCompletion(*sink_, false, rank, slice, &context_->engine());
 }
 
 bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
                            [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                           [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                           &context_->engine());
 }
 
 void UnboundBuffer::abortWaitRecv() {
@@ -68,9 +69,12 @@ void UnboundBuffer::abortWaitRecv() {
 }
 
 void UnboundBuffer::abortWaitSend() {
-  std::lock_guard<std::mutex> lock(sink_->mu);
-  sink_->abort_send = true;
-  sink_->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    sink_->abort_send = true;
+    sink_->cv.notify_all();
+  }
+  context_->engine().WakeWaiter();
 }
 
 void UnboundBuffer::send(int dst, uint64_t slot, size_t offset,
