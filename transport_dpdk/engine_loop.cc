@@ -34,8 +34,9 @@ void Engine::Impl::Run() {
   // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
   int slept = 0;
   // While a user thread polls the input (engine_waiter.cc) this thread waits for Wake()
-  // only, for wake_only_sleep: from waiter_handoff, doubling while the same waiter stays (up to
-  // the idle cap), so that after the waiter left the input is watched again soon.
+  // only, for wake_only_sleep: from waiter_handoff, doubling while the same waiter stays
+  // (up to the liveness interval), so that after the waiter left the input is watched
+  // again soon.
   us wake_only_sleep = waiter_handoff;
   uint64_t exits_seen = 0;
   while (!stop.load(std::memory_order_relaxed)) {
