@@ -44,13 +44,15 @@ void Buffer::send(size_t offset, size_t length, size_t roffset) {
 void Buffer::waitRecv() {
   WaitForCompletion(*sink_, false, nullptr, context_->getTimeout(),
                     [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                    [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                    &context_->engine());
 }
 
 void Buffer::waitSend() {
   WaitForCompletion(*sink_, true, nullptr, context_->getTimeout(),
                     [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                    [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                    &context_->engine());
 }
 
 }  // namespace transport

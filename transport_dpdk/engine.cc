@@ -317,6 +317,8 @@ absl::StatusOr<uint64_t> Engine::PostRecv(uint32_t ctx,
                                           size_t capacity,
                                           const std::shared_ptr<OpSink>& sink) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  // A stashed message may complete it at once (another thread may wait for it).
+  impl_->WakeWaiterIfOthers();
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
   if (srcs.empty()) {
@@ -377,6 +379,8 @@ absl::Status Engine::RegisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
                                         void* base, size_t size,
                                         const std::shared_ptr<OpSink>& sink) {
   std::lock_guard<std::mutex> lock(impl_->mu);
+  // A stashed message may complete it at once (another thread may wait for it).
+  impl_->WakeWaiterIfOthers();
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
   if (peer < 0 || peer >= c->size || peer == c->rank) {

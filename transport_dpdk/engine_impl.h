@@ -78,6 +78,27 @@ struct Engine::Impl {
   bool kicked = false;
   const bool wakes_on_input = io->WakesOnInput();
 
+  // ---- waiter-driven receive (engine_waiter.cc) ----
+  // A user thread polls the engine itself while it waits for a completion (at most one
+  // at a time; Engine::DriveWait). Written under mu; read without it too.
+  std::atomic<bool> waiter_active{false};
+  // The waiter is inside its own Poll right now. Under mu.
+  bool waiter_polling = false;
+  // Waits that ended the waiter's polling, so far. Under mu.
+  uint64_t waiter_exits = 0;
+  // The progress thread sleeps in WaitForWake (a waiter watches the input). Under mu.
+  bool progress_waits_for_wake = false;
+  // Its first such sleep (later ones double while the same waiter stays); a waiter that
+  // leaves wakes it only if it would sleep longer than this.
+  const std::chrono::microseconds waiter_handoff =
+      std::clamp<std::chrono::microseconds>(opts.max_sleep, std::chrono::microseconds(16),
+                                            std::chrono::milliseconds(1));
+  // Something other than the waiter's own poll may have completed or failed one of its
+  // operations (lock held): its wait for input ends (WakeWaiter) so that it looks.
+  void WakeWaiterIfOthers() {
+    if (waiter_active.load(std::memory_order_relaxed) && !waiter_polling) io->WakeWaiter();
+  }
+
   std::thread thread;
   clockid_t thread_clock{};
   std::atomic<bool> have_clock{false};

@@ -168,6 +168,7 @@ void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
 void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
   if (c.failed) return;
   c.failed = true;
+  WakeWaiterIfOthers();  // its wait ends with this failure
   handshake_cv.notify_all();  // a connect waiting for this context's handshake ends
   c.failure = why;
   Bump(stats.contexts_failed);

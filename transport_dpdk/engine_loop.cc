@@ -33,26 +33,50 @@ void Engine::Impl::Run() {
   us sleep = us(16);
   // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
   int slept = 0;
+  // While a user thread polls the input (engine_waiter.cc) this thread waits for Wake()
+  // only, for wake_only_sleep: from waiter_handoff, doubling while the same waiter stays
+  // (up to the liveness interval), so that after the waiter left the input is watched
+  // again soon.
+  us wake_only_sleep = waiter_handoff;
+  uint64_t exits_seen = 0;
   while (!stop.load(std::memory_order_relaxed)) {
     Clock::time_point deadline;
     bool worked;
     us wait{0};
     bool spinning = false;  // an empty poll within the spin after the last work
+    bool wake_only = false;
     {
       std::lock_guard<std::mutex> lock(mu);
       const uint64_t rx_before = stats.rx_packets.load(std::memory_order_relaxed);
       Bump(stats.progress_polls);
       worked = Poll(&deadline);
-      if (slept != 0 && stats.rx_packets.load(std::memory_order_relaxed) != rx_before) {
+      const bool received = stats.rx_packets.load(std::memory_order_relaxed) != rx_before;
+      if (slept != 0 && received) {
         Bump(slept == 1 ? stats.sleeps_woken_by_input : stats.late_inputs);
       }
+      // What this poll took in may have completed the waiter's receive.
+      if (received) WakeWaiterIfOthers();
       slept = 0;
       const auto now = Clock::now();
       if (kicked) {
         kicked = false;
         last_work = now;
       }
-      if (worked) {
+      if (!opts.busy_poll && waiter_active.load(std::memory_order_relaxed)) {
+        wake_only_sleep = waiter_exits != exits_seen
+                              ? waiter_handoff
+                              : std::min(wake_only_sleep * 2,
+                                         std::chrono::duration_cast<us>(liveness_every));
+        exits_seen = waiter_exits;
+        wait = deadline > now
+                   ? std::min(wake_only_sleep,
+                              std::chrono::duration_cast<us>(deadline - now) + us(1))
+                   : us(0);
+        if (wait.count() > 0) {
+          sleeping_until = now + wait;
+          wake_only = progress_waits_for_wake = true;
+        }
+      } else if (worked) {
         last_work = now;
         sleep = us(16);
       } else if (!opts.busy_poll && now - last_work < spin) {
@@ -84,10 +108,15 @@ void Engine::Impl::Run() {
     }
     Bump(stats.progress_sleeps);
     const auto t0 = Clock::now();
-    io->WaitForInput(wait);
+    if (wake_only) {
+      io->WaitForWake(wait);
+    } else {
+      io->WaitForInput(wait);
+    }
     {
       std::lock_guard<std::mutex> lock(mu);
       sleeping_until = Clock::time_point::max();
+      progress_waits_for_wake = false;
     }
     slept = Clock::now() - t0 < wait ? 1 : 2;
     if (!wakes_on_input) sleep = std::min(sleep * 2, longest_sleep);

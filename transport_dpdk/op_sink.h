@@ -2,7 +2,8 @@
 // and where the Gloo adapter waits for them. One per UnboundBuffer/Buffer.
 //
 // Lock order: the engine calls into a sink while holding the engine lock; a
-// waiter holds only the sink lock and never calls the engine while holding it.
+// waiter holds only the sink lock and never calls the engine while holding it
+// (Engine::DriveWait, handed the held lock, releases it before it takes the engine's).
 #pragma once
 
 #include <atomic>

@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "transport_dpdk/engine.h"
 
 namespace optireduce {
 namespace transport {
@@ -11,7 +12,8 @@ namespace transport {
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
                        std::chrono::milliseconds timeout,
                        const std::function<std::string()>& diagnostics,
-                       const std::function<void(const std::string&)>& on_timeout) {
+                       const std::function<void(const std::string&)>& on_timeout,
+                       Engine* engine) {
   std::unique_lock<std::mutex> lock(sink.mu);
   auto& done = send ? sink.sends_done : sink.recvs_done;
   bool& aborted = send ? sink.abort_send : sink.abort_recv;
@@ -26,9 +28,19 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
   } blocked(!send && !ready() ? &sink.blocked_recv_waits : nullptr);
-  if (timeout.count() <= 0) {
-    sink.cv.wait(lock, ready);
-  } else if (!sink.cv.wait_for(lock, timeout, ready)) {
+  const auto until = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::max()
+                                          : std::chrono::steady_clock::now() + timeout;
+  Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
+  if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
+  bool timed_out = driven == Engine::DriveResult::kTimedOut;
+  if (driven == Engine::DriveResult::kNotDriven) {
+    if (timeout.count() <= 0) {
+      sink.cv.wait(lock, ready);
+    } else {
+      timed_out = !sink.cv.wait_until(lock, until, ready);
+    }
+  }
+  if (timed_out) {
     const auto& pending = send ? sink.pending_sends : sink.pending_recvs;
     std::vector<std::string> what;
     for (const auto& kv : pending) {
@@ -61,13 +73,17 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
 }
 
 PollResult PollForCompletion(OpSink& sink, bool send, int* rank,
-                             std::chrono::milliseconds slice) {
+                             std::chrono::milliseconds slice, Engine* engine) {
   {
     std::unique_lock<std::mutex> lock(sink.mu);
     auto& done = send ? sink.sends_done : sink.recvs_done;
     const bool& aborted = send ? sink.abort_send : sink.abort_recv;
-    if (!sink.cv.wait_for(lock, slice,
-                          [&] { return !done.empty() || aborted || !sink.errors.empty(); })) {
+    auto ready = [&] { return !done.empty() || aborted || !sink.errors.empty(); };
+    const auto until = std::chrono::steady_clock::now() + slice;
+    Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
+    if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
+    if (driven == Engine::DriveResult::kTimedOut ||
+        (driven == Engine::DriveResult::kNotDriven && !sink.cv.wait_until(lock, until, ready))) {
       return PollResult::kNotYet;
     }
   }

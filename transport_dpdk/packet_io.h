@@ -7,9 +7,11 @@
 //
 // Threading: TxBurst, RxBurst and ResolvePeer are called with the engine's
 // lock held, so never concurrently (from the progress thread, or from a user
-// thread that posts a send and transmits it inline). WaitForInput is called
-// only by the progress thread, without the lock, and may overlap a TxBurst.
-// Wake() may be called from any thread at any time.
+// thread that posts a send and transmits it inline). WaitForInput and WaitForWake are
+// called only by the progress thread, WaitAsWaiter only by the one user thread that
+// polls the engine while it waits for a completion (engine_waiter.cc), all without the
+// lock; they may overlap a TxBurst. Wake() and WakeWaiter() may be called from any
+// thread at any time.
 #pragma once
 
 #include <array>
@@ -87,8 +89,17 @@ class PacketIo {
   // passes (spurious returns are allowed). Used by the engine's backoff.
   virtual void WaitForInput(std::chrono::microseconds timeout) = 0;
 
-  // Makes a concurrent or the next WaitForInput return promptly.
+  // Makes a concurrent or the next WaitForInput (or WaitForWake) return promptly.
   virtual void Wake() = 0;
+
+  // Backends that wake on input (WakesOnInput) separate the two threads that may wait on
+  // it: while a user thread polls the engine for its completion, it waits in WaitAsWaiter
+  // (input or WakeWaiter() end it) and the progress thread in WaitForWake (only Wake() or
+  // the timeout end it), so that one arrival wakes one thread. The defaults (for
+  // backends that never have such a waiter) are the plain wait and wake.
+  virtual void WaitForWake(std::chrono::microseconds timeout) { WaitForInput(timeout); }
+  virtual void WaitAsWaiter(std::chrono::microseconds timeout) { WaitForInput(timeout); }
+  virtual void WakeWaiter() { Wake(); }
 
   // True if WaitForInput returns as soon as a datagram arrives (udp: ppoll on the socket;
   // loop: its queue's condition variable), so the engine's progress thread may sleep until

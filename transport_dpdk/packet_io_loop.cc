@@ -24,7 +24,7 @@ class LoopEndpoint {
     std::lock_guard<std::mutex> lock(mu_);
     if (queue_.size() >= capacity_) return false;
     queue_.push_back(std::move(d));
-    cv_.notify_one();
+    cv_.notify_all();  // the progress thread may wait for a wake only (Wait)
     return true;
   }
   size_t Pop(std::vector<std::vector<uint8_t>>* out, size_t max) {
@@ -37,15 +37,22 @@ class LoopEndpoint {
     }
     return n;
   }
-  void Wait(std::chrono::microseconds timeout) {
+  // The waits of PacketIo: the progress thread's (for input or not, ended by Wake) and
+  // the polling user thread's (input or WakeWaiter).
+  void Wait(std::chrono::microseconds timeout, bool input) {
     std::unique_lock<std::mutex> lock(mu_);
-    cv_.wait_for(lock, timeout, [&] { return woken_ || !queue_.empty(); });
+    cv_.wait_for(lock, timeout, [&] { return woken_ || (input && !queue_.empty()); });
     woken_ = false;
   }
-  void Wake() {
+  void WaitAsWaiter(std::chrono::microseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, timeout, [&] { return waiter_woken_ || !queue_.empty(); });
+    waiter_woken_ = false;
+  }
+  void Wake(bool waiter) {
     std::lock_guard<std::mutex> lock(mu_);
-    woken_ = true;
-    cv_.notify_one();
+    (waiter ? waiter_woken_ : woken_) = true;
+    cv_.notify_all();
   }
 
  private:
@@ -54,6 +61,7 @@ class LoopEndpoint {
   std::condition_variable cv_;
   std::deque<std::vector<uint8_t>> queue_;
   bool woken_ = false;
+  bool waiter_woken_ = false;
 };
 
 namespace {
@@ -172,10 +180,20 @@ size_t LoopPacketIo::RxBurst(RxDatagram* out, size_t max) {
 }
 
 void LoopPacketIo::WaitForInput(std::chrono::microseconds timeout) {
-  self_->Wait(timeout);
+  self_->Wait(timeout, /*input=*/true);
 }
 
-void LoopPacketIo::Wake() { self_->Wake(); }
+void LoopPacketIo::WaitForWake(std::chrono::microseconds timeout) {
+  self_->Wait(timeout, /*input=*/false);
+}
+
+void LoopPacketIo::WaitAsWaiter(std::chrono::microseconds timeout) {
+  self_->WaitAsWaiter(timeout);
+}
+
+void LoopPacketIo::Wake() { self_->Wake(/*waiter=*/false); }
+
+void LoopPacketIo::WakeWaiter() { self_->Wake(/*waiter=*/true); }
 
 }  // namespace transport
 }  // namespace optireduce

@@ -26,6 +26,9 @@ class LoopPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  void WaitForWake(std::chrono::microseconds timeout) override;
+  void WaitAsWaiter(std::chrono::microseconds timeout) override;
+  void WakeWaiter() override;
   bool WakesOnInput() const override { return true; }
   // Datagrams are copied between queues in this process's memory.
   bool ProtectsPayload() const override { return true; }

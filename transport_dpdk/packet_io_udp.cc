@@ -133,6 +133,8 @@ absl::StatusOr<std::unique_ptr<UdpPacketIo>> UdpPacketIo::Create(
 
   io->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   if (io->wake_fd_ < 0) return absl::InternalError(Errno("eventfd"));
+  io->waiter_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (io->waiter_wake_fd_ < 0) return absl::InternalError(Errno("eventfd"));
 
   if (attr.segmentation_offload) {
     // The kernel says whether it has the options; a device that cannot segment is found at
@@ -157,6 +159,7 @@ absl::StatusOr<std::unique_ptr<UdpPacketIo>> UdpPacketIo::Create(
 UdpPacketIo::~UdpPacketIo() {
   if (fd_ >= 0) close(fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (waiter_wake_fd_ >= 0) close(waiter_wake_fd_);
 }
 
 std::string UdpPacketIo::Describe() const {
@@ -336,19 +339,40 @@ size_t UdpPacketIo::RxBurst(RxDatagram* out, size_t max) {
   return n;
 }
 
-void UdpPacketIo::WaitForInput(std::chrono::microseconds timeout) {
-  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+namespace {
+// Blocks in ppoll on fds[0..n) for at most timeout; a readable eventfd (every fd but the
+// socket, which is `socket_at`, -1 if absent) is drained. Returns whether the socket
+// reported an error (POLLERR).
+bool PollFds(pollfd* fds, int n, int socket_at, std::chrono::microseconds timeout) {
   timespec ts;
   ts.tv_sec = timeout.count() / 1000000;
   ts.tv_nsec = (timeout.count() % 1000000) * 1000;
-  int rc = ppoll(fds, 2, &ts, nullptr);
-  // POLLERR stays up until the error queue is read: the next TakeUnreachable does.
-  if (rc > 0 && (fds[0].revents & POLLERR)) errors_pending_.store(true, std::memory_order_relaxed);
-  if (rc > 0 && (fds[1].revents & POLLIN)) {
+  const int rc = ppoll(fds, n, &ts, nullptr);
+  if (rc <= 0) return false;
+  for (int i = 0; i < n; ++i) {
+    if (i == socket_at || !(fds[i].revents & POLLIN)) continue;
     uint64_t v;
-    while (read(wake_fd_, &v, sizeof(v)) == sizeof(v)) {
+    while (read(fds[i].fd, &v, sizeof(v)) == sizeof(v)) {
     }
   }
+  return socket_at >= 0 && (fds[socket_at].revents & POLLERR);
+}
+}  // namespace
+
+void UdpPacketIo::WaitForInput(std::chrono::microseconds timeout) {
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {wake_fd_, POLLIN, 0}};
+  // POLLERR stays up until the error queue is read: the next TakeUnreachable does.
+  if (PollFds(fds, 2, 0, timeout)) errors_pending_.store(true, std::memory_order_relaxed);
+}
+
+void UdpPacketIo::WaitForWake(std::chrono::microseconds timeout) {
+  pollfd fds[1] = {{wake_fd_, POLLIN, 0}};
+  PollFds(fds, 1, -1, timeout);
+}
+
+void UdpPacketIo::WaitAsWaiter(std::chrono::microseconds timeout) {
+  pollfd fds[2] = {{fd_, POLLIN, 0}, {waiter_wake_fd_, POLLIN, 0}};
+  if (PollFds(fds, 2, 0, timeout)) errors_pending_.store(true, std::memory_order_relaxed);
 }
 
 size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
@@ -397,6 +421,12 @@ size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
 void UdpPacketIo::Wake() {
   uint64_t one = 1;
   ssize_t r = write(wake_fd_, &one, sizeof(one));
+  (void)r;
+}
+
+void UdpPacketIo::WakeWaiter() {
+  uint64_t one = 1;
+  ssize_t r = write(waiter_wake_fd_, &one, sizeof(one));
   (void)r;
 }
 

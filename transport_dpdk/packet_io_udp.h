@@ -31,6 +31,9 @@ class UdpPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  void WaitForWake(std::chrono::microseconds timeout) override;
+  void WaitAsWaiter(std::chrono::microseconds timeout) override;
+  void WakeWaiter() override;
   bool WakesOnInput() const override { return true; }
   // The kernel checksums every UDP datagram and drops those that fail.
   bool ProtectsPayload() const override { return true; }
@@ -56,7 +59,8 @@ class UdpPacketIo : public PacketIo {
   UdpPacketIo() = default;
 
   int fd_ = -1;
-  int wake_fd_ = -1;
+  int wake_fd_ = -1;         // Wake(): the progress thread
+  int waiter_wake_fd_ = -1;  // WakeWaiter(): a user thread in WaitAsWaiter
   uint32_t max_datagram_ = 0;
   size_t rcvbuf_bytes_ = 0;
   sockaddr_in local_{};

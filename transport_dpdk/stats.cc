@@ -33,7 +33,8 @@ std::string Stats::ToString() const {
       peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
       " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped,
       "; polls ", progress_polls, " (yielded ", progress_yields, ") sleeps ", progress_sleeps, " woken by input ",
-      sleeps_woken_by_input, " late input ", late_inputs, "; closes confirmed ", closes_confirmed, " lingered ", closes_lingered, " (close probes ", close_probes_sent, ")");
+      sleeps_woken_by_input, " late input ", late_inputs, "; waiter polls ", waiter_polls,
+      " rx ", rx_by_waiter, "; closes confirmed ", closes_confirmed, " lingered ", closes_lingered, " (close probes ", close_probes_sent, ")");
   for (int i = 1; i < static_cast<int>(ParseError::kCount); ++i) {
     if (malformed[i]) {
       absl::StrAppend(&s, " ", ParseErrorName(static_cast<ParseError>(i)), " ",

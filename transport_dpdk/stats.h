@@ -65,6 +65,10 @@ namespace transport {
   X(progress_polls) X(progress_sleeps) X(sleeps_woken_by_input) X(late_inputs)         \
   /* Polls of a spin (no sleep after them) that found nothing and yielded the core. */ \
   X(progress_yields)                                                                    \
+  /* Waiter-driven receive (engine_waiter.cc): polls of the device by a user thread */  \
+  /* that waits for a completion, and the datagrams those polls received (each one */   \
+  /* needed no hand-off from the progress thread). */                                  \
+  X(waiter_polls) X(rx_by_waiter)                                                       \
   /* Destroyed contexts released once every peer confirmed it needs nothing more */    \
   /* from them (close probe answered), and those released only after the quiet */      \
   /* linger or its cap; the close probes sent. */                                     \

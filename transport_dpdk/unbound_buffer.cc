@@ -43,29 +43,38 @@ std::chrono::milliseconds UnboundBuffer::EffectiveTimeout(
 bool UnboundBuffer::waitRecv(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, false, rank, EffectiveTimeout(timeout),
                            [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                           [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                           &context_->engine());
 }
 
 PollResult UnboundBuffer::pollRecv(int* rank, std::chrono::milliseconds slice) {
-  return PollForCompletion(*sink_, false, rank, slice);
+  return PollForCompletion(*sink_, false, rank, slice, &context_->engine());
 }
 
 bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
   return WaitForCompletion(*sink_, true, rank, EffectiveTimeout(timeout),
                            [this] { return context_->engine().DebugState(context_->id()); },
-                           [this](const std::string& why) { context_->FailAfterTimeout(why); });
+                           [this](const std::string& why) { context_->FailAfterTimeout(why); },
+                           &context_->engine());
 }
 
 void UnboundBuffer::abortWaitRecv() {
-  std::lock_guard<std::mutex> lock(sink_->mu);
-  sink_->abort_recv = true;
-  sink_->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    sink_->abort_recv = true;
+    sink_->cv.notify_all();
+  }
+  // A wait that polls the engine itself sleeps in the device's wait, not on the sink.
+  context_->engine().WakeWaiter();
 }
 
 void UnboundBuffer::abortWaitSend() {
-  std::lock_guard<std::mutex> lock(sink_->mu);
-  sink_->abort_send = true;
-  sink_->cv.notify_all();
+  {
+    std::lock_guard<std::mutex> lock(sink_->mu);
+    sink_->abort_send = true;
+    sink_->cv.notify_all();
+  }
+  context_->engine().WakeWaiter();
 }
 
 void UnboundBuffer::send(int dst, uint64_t slot, size_t offset,
