@@ -1,5 +1,7 @@
 #include "transport_dpdk/fault_injector.h"
 
+#include <algorithm>
+
 #include "transport_dpdk/stats.h"
 #include "transport_dpdk/wire_format.h"
 
@@ -173,6 +175,25 @@ void FaultInjector::Emit(RxDatagram* out, size_t* n,
 }
 
 size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
+  const size_t n = ReceiveAndHold(out, max);
+  // The waits read only this (they run without the engine's lock, beside an RxBurst).
+  int64_t next = kNoRelease;
+  for (const Held& h : held_) {
+    next = std::min<int64_t>(next, h.after_next_burst ? 0 : h.release.time_since_epoch().count());
+  }
+  next_release_.store(next, std::memory_order_relaxed);
+  return n;
+}
+
+std::chrono::microseconds FaultInjector::BoundByHeld(std::chrono::microseconds timeout) const {
+  const int64_t next = next_release_.load(std::memory_order_relaxed);
+  if (next == kNoRelease) return timeout;
+  const auto wait = std::chrono::ceil<std::chrono::microseconds>(
+      Clock::time_point(Clock::duration(next)) - Clock::now());
+  return std::max(std::chrono::microseconds(0), std::min(timeout, wait));
+}
+
+size_t FaultInjector::ReceiveAndHold(RxDatagram* out, size_t max) {
   emitted_.clear();
   emitted_.reserve(max);  // pointers into emitted_ must stay valid
   size_t n = 0;
@@ -242,20 +263,18 @@ size_t FaultInjector::RxBurst(RxDatagram* out, size_t max) {
 }
 
 void FaultInjector::WaitForInput(std::chrono::microseconds timeout) {
-  if (!held_.empty()) {
-    const auto now = Clock::now();
-    auto soonest = timeout;
-    for (const Held& h : held_) {
-      auto wait = h.after_next_burst
-                      ? std::chrono::microseconds(0)
-                      : std::chrono::ceil<std::chrono::microseconds>(
-                            h.release - now);
-      if (wait < soonest) soonest = wait;
-    }
-    if (soonest.count() <= 0) return;
-    timeout = soonest;
-  }
-  inner_->WaitForInput(timeout);
+  timeout = BoundByHeld(timeout);
+  if (timeout.count() > 0) inner_->WaitForInput(timeout);
+}
+
+void FaultInjector::WaitForWake(std::chrono::microseconds timeout) {
+  timeout = BoundByHeld(timeout);
+  if (timeout.count() > 0) inner_->WaitForWake(timeout);
+}
+
+void FaultInjector::WaitAsWaiter(std::chrono::microseconds timeout) {
+  timeout = BoundByHeld(timeout);
+  if (timeout.count() > 0) inner_->WaitAsWaiter(timeout);
 }
 
 absl::StatusOr<std::unique_ptr<PacketIo>> MaybeInjectFaults(

@@ -82,9 +82,12 @@ class FaultInjector : public PacketIo {
   }
   size_t TxBurst(const TxDatagram* d, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
+  // Held (delayed or reordered) datagrams bound every wait to their release.
   void WaitForInput(std::chrono::microseconds timeout) override;
+  void WaitForWake(std::chrono::microseconds timeout) override;
+  void WaitAsWaiter(std::chrono::microseconds timeout) override;
   void Wake() override { inner_->Wake(); }
-  // Held (delayed) datagrams bound WaitForInput's timeout to their release.
+  void WakeWaiter() override { inner_->WakeWaiter(); }
   bool WakesOnInput() const override { return inner_->WakesOnInput(); }
   size_t TakeUnreachable(PeerHandle* out, size_t max) override {
     return inner_->TakeUnreachable(out, max);
@@ -108,6 +111,10 @@ class FaultInjector : public PacketIo {
     Clock::time_point release;
     bool after_next_burst;  // reorder: released only on a later burst
   };
+  static constexpr int64_t kNoRelease = INT64_MAX;
+  // RxBurst's work; RxBurst then publishes the earliest release (next_release_).
+  size_t ReceiveAndHold(RxDatagram* out, size_t max);
+  std::chrono::microseconds BoundByHeld(std::chrono::microseconds timeout) const;
   bool Chance(double p);
   void Emit(RxDatagram* out, size_t* n, std::vector<uint8_t> bytes);
   // One step of the Gilbert-Elliott chain: is this datagram lost?
@@ -128,6 +135,9 @@ class FaultInjector : public PacketIo {
   std::set<std::array<uint64_t, 4>> tail_seen_;
   std::deque<std::array<uint64_t, 4>> tail_order_;
   std::deque<Held> held_;
+  // The earliest release among held_ (steady_clock ticks; 0: at the next burst;
+  // kNoRelease: none), written by RxBurst and read by the waits on other threads.
+  std::atomic<int64_t> next_release_{kNoRelease};
   std::vector<std::vector<uint8_t>> emitted_;  // owned copies returned last
   std::vector<RxDatagram> scratch_;
   FaultCounters counters_;
