@@ -216,8 +216,9 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
     }
   }
   int sends = 0;
-  for (size_t c = 0;; c++) {
-    bool any = false;
+  size_t unused = 0;
+  const size_t most_chunks = chunks_of(piece(0, &unused));  // shard 0 is the longest
+  for (size_t c = 0; c < most_chunks; c++) {
     for (int step = 1; step < n; step++) {
       const int peer = plan.SendPeer(rank, step);
       size_t begin = 0;
@@ -225,9 +226,7 @@ void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& 
       if (c >= chunks_of(count)) continue;
       send_buf.send(peer, slot1, (begin + c * chunk_elems) * esz, chunk_len(count, c) * esz);
       sends++;
-      any = true;
     }
-    if (!any) break;
   }
 
   // Phase 2 receives: every other owner's reduced shard, chunk by chunk, in place.
