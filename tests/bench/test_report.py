@@ -84,3 +84,19 @@ def test_unknown_section_is_named(bench_bin, tmp_path):
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 2 and "--only: unknown section 'bogus'" in p.stderr, p.stderr
     assert not (tmp_path / "r").exists()
+
+
+def test_sweep_tar_chunk_pipelines_exact_tar_and_names_a_bad_size(bench_bin):
+    """optireduce-sweep --tar-chunk: exact TAR unpipelined (0) and in chunks that divide no
+    shard, verified; a size below one element is refused naming the flag."""
+    sweep = sweep_bin(bench_bin)
+    for chunk in ["0", "12K"]:
+        p = subprocess.run([sweep, "--ranks", "3", "--sizes", "256K", "--iters", "3",
+                            "--tar-chunk", chunk, "--algos", "transpose_tar@tcp"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+        assert p.returncode == 0, p.stderr
+        rows = [l for l in p.stdout.splitlines() if "transpose_tar@tcp" in l]
+        assert rows and rows[0].split()[-1] == "exact", p.stdout
+    p = subprocess.run([sweep, "--tar-chunk", "2"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    assert p.returncode == 2 and "--tar-chunk" in p.stderr, p.stderr
