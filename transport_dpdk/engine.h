@@ -139,15 +139,16 @@ class Engine {
   // Ranks of a registered context (0 if unknown).
   int ContextSize(uint32_t ctx) const;
 
-  // Waiter-driven receive (engine_waiter.cc), on backends whose wait returns on input
-  // (PacketIo::WakesOnInput): a user thread that waits for a completion (a receive, or
-  // the acknowledgement that completes a send) polls the device itself, so that a
-  // datagram's arrival wakes that thread and not the progress thread first and the
-  // waiter after it. `sink_lock` holds the lock of the sink waited on;
+  // Waiter-driven receive (engine_waiter.cc): a user thread that waits for a completion
+  // (a receive, or the acknowledgement that completes a send) polls the device itself,
+  // so that the thread that needs an arrival takes it in: on backends whose wait returns
+  // on input (PacketIo::WakesOnInput) the arrival wakes that thread and not the progress
+  // thread first and the waiter after it; on timer-only ones (dpdk) one thread per rank
+  // polls instead of two. `sink_lock` holds the lock of the sink waited on;
   // `ready()` (called with it held) says whether the wait is over. Returns with the lock
   // held: kReady once ready() holds, kTimedOut at `until` (it does not hold), kNotDriven
-  // at once if this backend or moment has no waiter polling (another thread is the
-  // waiter; busy_poll): the caller then waits on the sink's condition variable.
+  // at once if this moment has no waiter polling (another thread is the waiter;
+  // busy_poll): the caller then waits on the sink's condition variable.
   enum class DriveResult { kReady, kTimedOut, kNotDriven };
   DriveResult DriveWait(std::unique_lock<std::mutex>& sink_lock,
                         const std::function<bool()>& ready,

@@ -30,7 +30,7 @@ void Engine::Impl::Run() {
   // The longest sleep of a timer-only backend (once idle).
   const us longest_sleep = std::max(opts.idle_sleep, opts.max_sleep);
   auto last_work = Clock::now();
-  us sleep = us(16);
+  us sleep = kFirstBackoff;
   // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
   int slept = 0;
   // While a user thread polls the input (engine_waiter.cc) this thread waits for Wake()
@@ -78,7 +78,7 @@ void Engine::Impl::Run() {
         }
       } else if (worked) {
         last_work = now;
-        sleep = us(16);
+        sleep = kFirstBackoff;
       } else if (!opts.busy_poll && now - last_work < spin) {
         spinning = true;
       } else if (!opts.busy_poll) {

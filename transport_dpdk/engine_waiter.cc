@@ -1,8 +1,11 @@
 // Waiter-driven receive: a user thread that waits for a completion (Gloo's waitRecv,
-// waitSend, pollRecv) polls the device itself (Engine::DriveWait), so an arrival wakes
-// the one thread that needs it. While it does,
+// waitSend, pollRecv) polls the device itself (Engine::DriveWait), so the thread that
+// needs an arrival takes it in, with no hand-off from the progress thread. While it does,
 // the progress thread waits for Wake() only (engine_loop.cc), with a short timeout that
 // doubles while the waiter stays, and takes the input over when the waiter leaves.
+// On backends that wake on input (udp, loop) the waiter sleeps until input or its next
+// timer; on timer-only ones (dpdk) it backs off as the progress thread would, so that of
+// the two threads that used to poll per rank only one does.
 #include <sched.h>
 
 #include "transport_dpdk/engine_impl.h"
@@ -15,7 +18,7 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
                                       const std::function<bool()>& ready,
                                       std::chrono::steady_clock::time_point until) {
   Impl& e = *impl_;
-  if (!e.wakes_on_input || e.opts.busy_poll) return DriveResult::kNotDriven;
+  if (e.opts.busy_poll) return DriveResult::kNotDriven;
   using us = std::chrono::microseconds;
   // Lock order: the engine's lock, then a sink's (the engine completes into sinks).
   sink_lock.unlock();
@@ -26,8 +29,11 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
   }
   e.waiter_active.store(true, std::memory_order_relaxed);
   // The same policy as the progress thread's: the thread entered after posting work, so
-  // it first spins input_spin (each empty poll yields the core), then sleeps until input,
-  // its next timer, WakeWaiter or `until`.
+  // it first spins (input_spin, or spin on a timer-only backend; each empty poll yields
+  // the core), then sleeps until input, its next timer, WakeWaiter or `until` (a
+  // timer-only backend: for at most `backoff`, from 16 µs doubling up to max_sleep).
+  const us spin = e.wakes_on_input ? e.opts.input_spin : e.opts.spin;
+  us backoff = kFirstBackoff;
   auto last_work = Clock::now();
   int slept = 0;  // how the last sleep ended: 0 none, 1 early, 2 at its timeout
   for (;;) {
@@ -55,14 +61,21 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
       return done ? DriveResult::kReady : DriveResult::kTimedOut;
     }
     sink_lock.unlock();
-    if (worked) last_work = now;
+    if (worked) {
+      last_work = now;
+      backoff = kFirstBackoff;
+    }
     const auto due = std::min(deadline, until);
     lock.unlock();
-    if (now - last_work < e.opts.input_spin) {
+    if (now - last_work < spin) {
       Bump(e.stats.progress_yields);
       sched_yield();
     } else if (due > now) {
-      const us wait = std::chrono::duration_cast<us>(due - now) + us(1);
+      us wait = std::chrono::duration_cast<us>(due - now) + us(1);
+      if (!e.wakes_on_input) {
+        wait = std::min(wait, backoff);
+        backoff = std::min(backoff * 2, std::max(e.opts.max_sleep, kFirstBackoff));
+      }
       e.io->WaitAsWaiter(wait);
       slept = Clock::now() - now < wait ? 1 : 2;
     }

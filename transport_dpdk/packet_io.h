@@ -92,11 +92,11 @@ class PacketIo {
   // Makes a concurrent or the next WaitForInput (or WaitForWake) return promptly.
   virtual void Wake() = 0;
 
-  // Backends that wake on input (WakesOnInput) separate the two threads that may wait on
-  // it: while a user thread polls the engine for its completion, it waits in WaitAsWaiter
-  // (input or WakeWaiter() end it) and the progress thread in WaitForWake (only Wake() or
-  // the timeout end it), so that one arrival wakes one thread. The defaults (for
-  // backends that never have such a waiter) are the plain wait and wake.
+  // The two threads that may poll the input wait apart: while a user thread polls the
+  // engine for its completion (engine_waiter.cc), it waits in WaitAsWaiter (input, where
+  // the backend wakes on it, or WakeWaiter() end it) and the progress thread in
+  // WaitForWake (only Wake() or the timeout end it), so that one arrival wakes one
+  // thread. The defaults are the plain wait and wake (both threads then share them).
   virtual void WaitForWake(std::chrono::microseconds timeout) { WaitForInput(timeout); }
   virtual void WaitAsWaiter(std::chrono::microseconds timeout) { WaitForInput(timeout); }
   virtual void WakeWaiter() { Wake(); }

@@ -195,6 +195,10 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   if (io->wake_fd_ < 0) {
     return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
   }
+  io->waiter_wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (io->waiter_wake_fd_ < 0) {
+    return absl::InternalError(absl::StrCat("eventfd: ", std::strerror(errno)));
+  }
   io->port_learned_.assign(io->ports_.size(), false);
   io->tx_stash_.resize(io->ports_.size());
   io->tx_backlog_.resize(io->ports_.size());
@@ -239,6 +243,7 @@ DpdkPacketIo::~DpdkPacketIo() {
     ports_.clear();
   }
   if (wake_fd_ >= 0) close(wake_fd_);
+  if (waiter_wake_fd_ >= 0) close(waiter_wake_fd_);
 }
 
 IoAddress DpdkPacketIo::LocalAddress() const { return dpdk::EncodeAddress(self_); }

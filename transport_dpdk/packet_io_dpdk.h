@@ -63,6 +63,12 @@ class DpdkPacketIo : public PacketIo {
   size_t RxBurst(RxDatagram* out, size_t max) override;
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
+  // Waiter-driven receive (engine_waiter.cc): ports still have no input wake-up, so the
+  // polling user thread sleeps for its own backoff and only WakeWaiter() ends that early;
+  // the progress thread meanwhile waits for Wake() only.
+  void WaitForWake(std::chrono::microseconds timeout) override;
+  void WaitAsWaiter(std::chrono::microseconds timeout) override;
+  void WakeWaiter() override;
   // Host shared-memory ports (net_memif, net_ring) only: frames on a wire or
   // through a kernel interface carry no UDP checksum of ours.
   bool ProtectsPayload() const override;
@@ -125,7 +131,10 @@ class DpdkPacketIo : public PacketIo {
   std::vector<bool> tx_copies_;
   std::vector<uint32_t> queued_from_;  // per port: backlog tail when TxBurst began
   uint16_t ip_id_ = 0;
-  int wake_fd_ = -1;
+  // A wait's timeout, at most 20 µs while frames sit in the TX backlog.
+  std::chrono::microseconds BoundByBacklog(std::chrono::microseconds timeout) const;
+  int wake_fd_ = -1;         // Wake(): the progress thread
+  int waiter_wake_fd_ = -1;  // WakeWaiter(): a user thread in WaitAsWaiter
   std::vector<Endpoint> peers_;  // by PeerHandle
   absl::flat_hash_map<uint64_t, int> mac_to_port_;  // learned (mesh only)
   std::vector<bool> port_learned_;

@@ -1,6 +1,7 @@
 // packet_io_dpdk_rx.cc — DpdkPacketIo's receive side: RxBurst (polls every usable
 // port in turn, parses and checks frames, learns mesh routes, hands payloads to
-// the engine in place) and waiting for input (WaitForInput, Wake).
+// the engine in place) and waiting for input (WaitForInput, Wake, and the waits of
+// waiter-driven receive).
 #include "transport_dpdk/packet_io_dpdk.h"
 
 #include <poll.h>
@@ -101,32 +102,56 @@ size_t DpdkPacketIo::RxBurst(RxDatagram* out, size_t max) {
   return got;
 }
 
-void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
-  // Virtual and real ports have no file descriptor to wait on in general:
-  // sleep (the engine grows the timeout while idle), but return at once on
-  // Wake().
+namespace {
+// Sleeps on `fd` (an eventfd) for `timeout` or until it is written; drains it.
+void SleepOnEventFd(int fd, std::chrono::microseconds timeout) {
   if (timeout.count() <= 0) return;
-  // Frames wait in a TX backlog for a ring to free up: come back soon (the
-  // drain itself runs under the engine's lock, in RxBurst / TxBurst).
-  if (backlog_frames_.load(std::memory_order_relaxed) > 0) {
-    timeout = std::min(timeout, std::chrono::microseconds(20));
-  }
-  pollfd fd = {wake_fd_, POLLIN, 0};
+  pollfd p = {fd, POLLIN, 0};
   timespec ts;
   ts.tv_sec = timeout.count() / 1000000;
   ts.tv_nsec = (timeout.count() % 1000000) * 1000;
-  if (ppoll(&fd, 1, &ts, nullptr) > 0) {
+  if (ppoll(&p, 1, &ts, nullptr) > 0) {
     uint64_t v;
-    while (read(wake_fd_, &v, sizeof(v)) == sizeof(v)) {
+    while (read(fd, &v, sizeof(v)) == sizeof(v)) {
     }
   }
 }
 
-void DpdkPacketIo::Wake() {
+void WriteEventFd(int fd) {
   uint64_t one = 1;
-  ssize_t r = write(wake_fd_, &one, sizeof(one));
+  ssize_t r = write(fd, &one, sizeof(one));
   (void)r;
 }
+}  // namespace
+
+std::chrono::microseconds DpdkPacketIo::BoundByBacklog(std::chrono::microseconds timeout) const {
+  // Frames wait in a TX backlog for a ring to free up: come back soon (the drain itself
+  // runs under the engine's lock, in RxBurst / TxBurst).
+  if (backlog_frames_.load(std::memory_order_relaxed) > 0) {
+    return std::min(timeout, std::chrono::microseconds(20));
+  }
+  return timeout;
+}
+
+void DpdkPacketIo::WaitForInput(std::chrono::microseconds timeout) {
+  // Virtual and real ports have no file descriptor to wait on in general:
+  // sleep (the engine grows the timeout while idle), but return at once on
+  // Wake().
+  SleepOnEventFd(wake_fd_, BoundByBacklog(timeout));
+}
+
+void DpdkPacketIo::WaitForWake(std::chrono::microseconds timeout) {
+  // The polling waiter drains the backlog meanwhile.
+  SleepOnEventFd(wake_fd_, timeout);
+}
+
+void DpdkPacketIo::WaitAsWaiter(std::chrono::microseconds timeout) {
+  SleepOnEventFd(waiter_wake_fd_, BoundByBacklog(timeout));
+}
+
+void DpdkPacketIo::Wake() { WriteEventFd(wake_fd_); }
+
+void DpdkPacketIo::WakeWaiter() { WriteEventFd(waiter_wake_fd_); }
 
 }  // namespace transport
 }  // namespace optireduce
