@@ -93,15 +93,17 @@ int Usage(const char* why) {
 }
 
 // One rank's timed loop for one algorithm at one size. Returns per-iteration latencies
-// (microseconds) measured on this rank, each iteration started together after a barrier.
+// (microseconds) measured on this rank, each iteration started together after a barrier
+// and ended by one: a rank that is done refills its input only once every rank is, so
+// that the harness's own work never overlaps another rank's timed allreduce (ranks share
+// the host's cores).
 std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t count,
                             int iters, size_t tar_chunk, bool* verified) {
   const auto& ctx = env.context;
-  std::vector<float> data(count);
-  auto fill = [&] {
-    for (size_t i = 0; i < count; i++) data[i] = static_cast<float>(env.rank + 1 + (i % 3));
-  };
-  fill();
+  std::vector<float> input(count);
+  for (size_t i = 0; i < count; i++) input[i] = static_cast<float>(env.rank + 1 + (i % 3));
+  std::vector<float> data = input;
+  auto fill = [&] { std::copy(input.begin(), input.end(), data.begin()); };
   std::unique_ptr<gloo::Algorithm> old_style;
   float* ptr = data.data();
   if (algo == "ring_chunked") {
@@ -152,6 +154,7 @@ std::vector<double> RunAlgo(const RankEnv& env, const std::string& algo, size_t 
     const auto start = Clock::now();
     run_once(1);
     lat.push_back(std::chrono::duration<double, std::micro>(Clock::now() - start).count());
+    gloo::barrier(barrier);
   }
   return lat;
 }

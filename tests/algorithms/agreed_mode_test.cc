@@ -161,8 +161,12 @@ TEST(AgreedMode, TwoProcessGroupsSharingARankWithInterleavedSizes) {
     }
     // Per group and size: the first kCalibration calibrate, the rest run bounded.
     const std::string want = "ccccccbbbbbb";
-    if (a) EXPECT_EQ(Modes(in_a), want) << "rank " << world->rank << " in group A";
-    if (b) EXPECT_EQ(Modes(in_b), want) << "rank " << world->rank << " in group B";
+    if (a) {
+      EXPECT_EQ(Modes(in_a), want) << "rank " << world->rank << " in group A";
+    }
+    if (b) {
+      EXPECT_EQ(Modes(in_b), want) << "rank " << world->rank << " in group B";
+    }
     Barrier(world);
   }, Loop());
 }
