@@ -12,11 +12,6 @@ namespace optireduce {
 namespace transport {
 using namespace engine_internal;  // NOLINT: the engine's own state (engine_state.h)
 
-namespace {
-// Without work this long, the device is idle (EngineOptions::idle_sleep).
-constexpr std::chrono::milliseconds kIdleAfter{100};
-}  // namespace
-
 void Engine::Impl::Run() {
   clockid_t cid;
   if (pthread_getcpuclockid(pthread_self(), &cid) == 0) {

@@ -51,6 +51,8 @@ constexpr std::chrono::microseconds kBoundedTxRetry{20};
 // work; later sleeps double up to EngineOptions::max_sleep (the progress thread's and a
 // polling waiter's alike).
 constexpr us kFirstBackoff{16};
+// Without work this long, the device is idle (EngineOptions::idle_sleep).
+constexpr std::chrono::milliseconds kIdleAfter{100};
 // Repair jobs (distinct operations) queued per peer at most; more requests are dropped
 // (counted) and asked again by the requester's next round.
 constexpr size_t kMaxQueuedRepairs = 64;

@@ -31,7 +31,8 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
   // The same policy as the progress thread's: the thread entered after posting work, so
   // it first spins (input_spin, or spin on a timer-only backend; each empty poll yields
   // the core), then sleeps until input, its next timer, WakeWaiter or `until` (a
-  // timer-only backend: for at most `backoff`, from 16 µs doubling up to max_sleep).
+  // timer-only backend: for at most `backoff`, from 16 µs doubling up to max_sleep, or
+  // idle_sleep once idle).
   const us spin = e.wakes_on_input ? e.opts.input_spin : e.opts.spin;
   us backoff = kFirstBackoff;
   auto last_work = Clock::now();
@@ -74,7 +75,11 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
       us wait = std::chrono::duration_cast<us>(due - now) + us(1);
       if (!e.wakes_on_input) {
         wait = std::min(wait, backoff);
-        backoff = std::min(backoff * 2, std::max(e.opts.max_sleep, kFirstBackoff));
+        // Idle (a wait for a peer that is late by far): up to idle_sleep, as the progress
+        // thread would.
+        const us cap = now - last_work >= kIdleAfter ? std::max(e.opts.idle_sleep, e.opts.max_sleep)
+                                                     : e.opts.max_sleep;
+        backoff = std::min(backoff * 2, std::max(cap, kFirstBackoff));
       }
       e.io->WaitAsWaiter(wait);
       slept = Clock::now() - now < wait ? 1 : 2;

@@ -6,6 +6,8 @@
 
 #include <gloo/rendezvous/context.h>
 
+#include <time.h>
+
 #include <atomic>
 #include <thread>
 
@@ -153,6 +155,61 @@ TEST(DpdkRing, WaitingThreadReceivesItself) {
     EXPECT_GT(after.waiter_polls - before[r].waiter_polls, 0u) << after.ToString();
     EXPECT_GT(after.rx_by_waiter - before[r].rx_by_waiter, 0u) << after.ToString();
   }
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+}
+
+// A thread blocked in waitRecv for a message that comes a second later polls the ports
+// itself (the test above) but backs off like an idle progress thread: the whole process,
+// two connected devices and the waiting thread, stays under 5% of a core per device.
+TEST(DpdkRing, ThreadWaitingLongForAMessageStaysUnderFivePercentOfACorePerDevice) {
+  auto mesh = dpdk::CreateRingMesh("idlewait", 2);
+  ASSERT_TRUE(mesh.ok()) << mesh.status();
+  std::vector<std::shared_ptr<transport::Device>> devices(2);
+  for (int r = 0; r < 2; ++r) {
+    dpdk::attr a;
+    a.ports = (*mesh)[r];
+    auto dev = dpdk::CreateDeviceOrError(a);
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    devices[r] = *dev;
+  }
+  gloo::rendezvous::HashStore store;
+  std::vector<std::shared_ptr<gloo::rendezvous::Context>> ctx(2);
+  {
+    std::vector<std::thread> connect;
+    for (int i = 0; i < 2; ++i) {
+      connect.emplace_back([&, i] {
+        ctx[i] = std::make_shared<gloo::rendezvous::Context>(i, 2);
+        ctx[i]->setTimeout(std::chrono::seconds(30));
+        std::shared_ptr<gloo::transport::Device> dev = devices[i];
+        ctx[i]->connectFullMesh(store, dev);
+      });
+    }
+    for (auto& t : connect) t.join();
+  }
+  int in = -1, out = 42;
+  auto recv_buf = ctx[0]->createUnboundBuffer(&in, sizeof(in));
+  auto send_buf = ctx[1]->createUnboundBuffer(&out, sizeof(out));
+  const auto polls_before = devices[0]->stats().waiter_polls;
+  recv_buf->recv(1, 5);
+  std::thread waiter([&] { recv_buf->waitRecv(); });
+  const double cpu0 = ProcessCpuSeconds();
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(std::chrono::seconds(1));  // the wait measured
+  const double used = ProcessCpuSeconds() - cpu0;
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  send_buf->send(0, 5);
+  send_buf->waitSend();
+  waiter.join();
+  EXPECT_EQ(in, 42);
+  EXPECT_GT(devices[0]->stats().waiter_polls - polls_before, 0u);  // the waiter polled
+  EXPECT_LT(used / wall, 2 * 0.05) << "two devices and a waiting thread used "
+                                   << 100 * used / wall << "% of a core";
+  RecordProperty("waiting_cpu_percent", std::to_string(100 * used / wall));
 }
 
 }  // namespace
