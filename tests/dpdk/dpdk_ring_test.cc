@@ -4,8 +4,6 @@
 #include <gloo/rendezvous/prefix_store.h>
 #include <gtest/gtest.h>
 
-#include <gloo/rendezvous/context.h>
-
 #include <time.h>
 
 #include <atomic>
@@ -13,6 +11,7 @@
 
 #include "tests/dpdk/dpdk_test_util.h"
 #include "tests/transport/conformance_cases.h"
+#include "tests/transport/two_ranks.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/dpdk_device.h"
 
@@ -98,63 +97,33 @@ TEST(DpdkRing, SecondDeviceOnABusyPortIsAnError) {
   EXPECT_TRUE(d3.ok()) << d3.status();
 }
 
-// Ports have no input wake-up, yet a thread blocked in waitRecv polls the device itself
-// (waiter-driven receive): the datagrams that complete its receives are taken in by that
-// thread, not by the progress thread and handed over. 200 round trips of one int, every
-// receive posted before its message arrives (as collectives post theirs).
-TEST(DpdkRing, WaitingThreadReceivesItself) {
-  auto mesh = dpdk::CreateRingMesh("waiter", 2);
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
-  std::vector<std::shared_ptr<transport::Device>> devices(2);
+// Two ranks (threads) over a two-port ring mesh named `prefix`, connected; empty (and a
+// test failure) if the mesh or a device fails.
+std::vector<testing_ranks::Rank> RingRanks(const std::string& prefix) {
+  auto mesh = dpdk::CreateRingMesh(prefix, 2);
+  EXPECT_TRUE(mesh.ok()) << mesh.status();
+  if (!mesh.ok()) return {};
+  std::vector<std::shared_ptr<transport::Device>> devices;
   for (int r = 0; r < 2; ++r) {
     dpdk::attr a;
     a.ports = (*mesh)[r];
     auto dev = dpdk::CreateDeviceOrError(a);
-    ASSERT_TRUE(dev.ok()) << dev.status();
-    devices[r] = *dev;
+    EXPECT_TRUE(dev.ok()) << dev.status();
+    if (!dev.ok()) return {};
+    devices.push_back(*dev);
   }
-  gloo::rendezvous::HashStore store;
-  constexpr int kMessages = 200;
-  std::vector<transport::Stats> before(2);
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&, i] {
-      auto ctx = std::make_shared<gloo::rendezvous::Context>(i, 2);
-      ctx->setTimeout(std::chrono::seconds(30));
-      std::shared_ptr<gloo::transport::Device> dev = devices[i];
-      ctx->connectFullMesh(store, dev);
-      before[i] = devices[i]->stats();
-      int out = 0, in = -1;
-      auto send_buf = ctx->createUnboundBuffer(&out, sizeof(out));
-      auto recv_buf = ctx->createUnboundBuffer(&in, sizeof(in));
-      const int other = 1 - i;
-      // Rank 0 sends even values on slot 2m, rank 1 answers value + 1 on slot 2m + 1.
-      recv_buf->recv(other, i == 0 ? 1 : 0);
-      for (int m = 0; m < kMessages; ++m) {
-        if (i == 0) {
-          out = 2 * m;
-          send_buf->send(1, 2 * m);
-          recv_buf->waitRecv();
-          EXPECT_EQ(in, 2 * m + 1);
-          if (m + 1 < kMessages) recv_buf->recv(1, 2 * m + 3);
-          send_buf->waitSend();
-        } else {
-          recv_buf->waitRecv();
-          EXPECT_EQ(in, 2 * m);
-          out = in + 1;
-          if (m + 1 < kMessages) recv_buf->recv(0, 2 * m + 2);
-          send_buf->send(0, 2 * m + 1);
-          send_buf->waitSend();
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int r = 0; r < 2; ++r) {
-    const transport::Stats after = devices[r]->stats();
-    EXPECT_GT(after.waiter_polls - before[r].waiter_polls, 0u) << after.ToString();
-    EXPECT_GT(after.rx_by_waiter - before[r].rx_by_waiter, 0u) << after.ToString();
-  }
+  return testing_ranks::ConnectDevices(devices);
+}
+
+// Ports have no input wake-up, yet a thread blocked in waitRecv polls the device itself
+// (waiter-driven receive): the datagrams that complete its receives are taken in by that
+// thread, not by the progress thread and handed over.
+TEST(DpdkRing, WaitingThreadReceivesItself) {
+  auto ranks = RingRanks("waiter");
+  ASSERT_EQ(ranks.size(), 2u);
+  const transport::Stats d = testing_ranks::PrepostedPingPong(ranks, 200);
+  EXPECT_GT(d.waiter_polls, 0u) << d.ToString();
+  EXPECT_GT(d.rx_by_waiter, 0u) << d.ToString();
 }
 
 double ProcessCpuSeconds() {
@@ -167,34 +136,12 @@ double ProcessCpuSeconds() {
 // itself (the test above) but backs off like an idle progress thread: the whole process,
 // two connected devices and the waiting thread, stays under 5% of a core per device.
 TEST(DpdkRing, ThreadWaitingLongForAMessageStaysUnderFivePercentOfACorePerDevice) {
-  auto mesh = dpdk::CreateRingMesh("idlewait", 2);
-  ASSERT_TRUE(mesh.ok()) << mesh.status();
-  std::vector<std::shared_ptr<transport::Device>> devices(2);
-  for (int r = 0; r < 2; ++r) {
-    dpdk::attr a;
-    a.ports = (*mesh)[r];
-    auto dev = dpdk::CreateDeviceOrError(a);
-    ASSERT_TRUE(dev.ok()) << dev.status();
-    devices[r] = *dev;
-  }
-  gloo::rendezvous::HashStore store;
-  std::vector<std::shared_ptr<gloo::rendezvous::Context>> ctx(2);
-  {
-    std::vector<std::thread> connect;
-    for (int i = 0; i < 2; ++i) {
-      connect.emplace_back([&, i] {
-        ctx[i] = std::make_shared<gloo::rendezvous::Context>(i, 2);
-        ctx[i]->setTimeout(std::chrono::seconds(30));
-        std::shared_ptr<gloo::transport::Device> dev = devices[i];
-        ctx[i]->connectFullMesh(store, dev);
-      });
-    }
-    for (auto& t : connect) t.join();
-  }
+  auto ranks = RingRanks("idlewait");
+  ASSERT_EQ(ranks.size(), 2u);
   int in = -1, out = 42;
-  auto recv_buf = ctx[0]->createUnboundBuffer(&in, sizeof(in));
-  auto send_buf = ctx[1]->createUnboundBuffer(&out, sizeof(out));
-  const auto polls_before = devices[0]->stats().waiter_polls;
+  auto recv_buf = ranks[0].context->createUnboundBuffer(&in, sizeof(in));
+  auto send_buf = ranks[1].context->createUnboundBuffer(&out, sizeof(out));
+  const auto polls_before = ranks[0].device->stats().waiter_polls;
   recv_buf->recv(1, 5);
   std::thread waiter([&] { recv_buf->waitRecv(); });
   const double cpu0 = ProcessCpuSeconds();
@@ -206,7 +153,7 @@ TEST(DpdkRing, ThreadWaitingLongForAMessageStaysUnderFivePercentOfACorePerDevice
   send_buf->waitSend();
   waiter.join();
   EXPECT_EQ(in, 42);
-  EXPECT_GT(devices[0]->stats().waiter_polls - polls_before, 0u);  // the waiter polled
+  EXPECT_GT(ranks[0].device->stats().waiter_polls - polls_before, 0u);  // the waiter polled
   EXPECT_LT(used / wall, 2 * 0.05) << "two devices and a waiting thread used "
                                    << 100 * used / wall << "% of a core";
   RecordProperty("waiting_cpu_percent", std::to_string(100 * used / wall));

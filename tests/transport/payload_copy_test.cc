@@ -12,7 +12,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/transport/two_udp_ranks.h"
+#include "tests/transport/two_ranks.h"
 #include "transport_dpdk/payload_pool.h"
 
 namespace optireduce {

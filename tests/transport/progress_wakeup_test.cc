@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/transport/two_udp_ranks.h"
+#include "tests/transport/two_ranks.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/engine.h"
 
@@ -25,6 +25,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using testing_ranks::Barrier;
 using testing_ranks::Connect;
+using testing_ranks::PrepostedPingPong;
 using testing_ranks::Rank;
 
 // Long timer sleeps: a message that waited for the timer would show up in late_inputs.
@@ -73,51 +74,6 @@ TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
   // counts as late (a datagram landing as a timer fires may, rarely).
   EXPECT_GE(woken, static_cast<uint64_t>(kMessages / 4)) << after.ToString();
   EXPECT_LE(late, static_cast<uint64_t>(kMessages / 20)) << after.ToString();
-}
-
-// kMessages round trips of one int between the two ranks, every receive posted before its
-// message arrives (as collectives post theirs); returns both ranks' counters' growth.
-transport::Stats PrepostedPingPong(std::vector<Rank>& ranks, int messages) {
-  const auto before0 = ranks[0].device->stats(), before1 = ranks[1].device->stats();
-  std::vector<std::thread> threads;
-  for (int i = 0; i < 2; ++i) {
-    threads.emplace_back([&, i] {
-      auto& ctx = ranks[i].context;
-      int out = 0, in = -1;
-      auto send_buf = ctx->createUnboundBuffer(&out, sizeof(out));
-      auto recv_buf = ctx->createUnboundBuffer(&in, sizeof(in));
-      const int other = 1 - i;
-      // Rank 0 sends even values on slot 2m, rank 1 answers value + 1 on slot 2m + 1.
-      recv_buf->recv(other, i == 0 ? 1 : 0);
-      for (int m = 0; m < messages; ++m) {
-        if (i == 0) {
-          out = 2 * m;
-          send_buf->send(1, 2 * m);
-          recv_buf->waitRecv();
-          EXPECT_EQ(in, 2 * m + 1);
-          if (m + 1 < messages) recv_buf->recv(1, 2 * m + 3);
-          send_buf->waitSend();
-        } else {
-          recv_buf->waitRecv();
-          EXPECT_EQ(in, 2 * m);
-          out = in + 1;
-          if (m + 1 < messages) recv_buf->recv(0, 2 * m + 2);
-          send_buf->send(0, 2 * m + 1);
-          send_buf->waitSend();
-        }
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  transport::Stats grown = ranks[0].device->stats();
-  grown += ranks[1].device->stats();
-  transport::Stats before = before0;
-  before += before1;
-  transport::Stats d;
-#define OPTIREDUCE_TEST_DELTA(name) d.name = grown.name - before.name;
-  OPTIREDUCE_ENGINE_COUNTERS(OPTIREDUCE_TEST_DELTA)
-#undef OPTIREDUCE_TEST_DELTA
-  return d;
 }
 
 // Each message's ack rides on the CREDIT that answers it (the receiver took it; this
