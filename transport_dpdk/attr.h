@@ -24,7 +24,8 @@ struct EngineOptions {
   // Bytes in flight (unacknowledged) per peer. The engine further divides
   // the receive buffer among the context's peers (incast).
   size_t window_bytes = 4 << 20;
-  // Backoff of the progress thread on backends whose waits are timers only
+  // Backoff of the progress thread (and of a user thread that polls the device while it
+  // waits for a completion, engine_waiter.cc) on backends whose waits are timers only
   // (DPDK ports): spin this long after the last work (each empty poll of the spin
   // yields the core to any other runnable thread: with more busy threads than
   // cores, those produce what is polled for), then sleep doubling up to
