@@ -62,6 +62,9 @@ struct Config {
   std::string csv;
   // Exact TAR's pipeline chunk (AllreduceOptions::setPipelineChunkBytes; 0: none).
   size_t tar_chunk = optireduce::AllreduceOptions::kDefaultPipelineChunkBytes;
+  // Runs of every algorithm, interleaved (all algorithms once, then again); the table
+  // reports the median run.
+  int repeat = 1;
 };
 
 bool ParseSize(const std::string& text, size_t* out) {
@@ -83,7 +86,7 @@ int Usage(const char* why) {
   std::fprintf(stderr,
                "error: %s\nusage: optireduce-sweep [--ranks N (2..16)] [--transport tcp] "
                "[--sizes 4K,64K,1M,...] [--iters N] [--algos A[@TRANSPORT],...] [--csv FILE] "
-               "[--tar-chunk SIZE (0: no pipelining)]\n"
+               "[--tar-chunk SIZE (0: no pipelining)] [--repeat N (1..20)]\n"
                "algorithms: %s\ntransports: %s\n",
                why,
                "ring_chunked,halving_doubling,gloo_allreduce,transpose,transpose_hadamard,"
@@ -232,6 +235,31 @@ std::vector<Row> ReadRows(const std::string& path) {
   return rows;
 }
 
+// One row per size and algorithm: of its runs, the one with the median p50 (the lower
+// median for an even count) with the median of their p99s; exact only if every run was.
+// A size and algorithm with fewer than `runs` rows (a run failed) has no row.
+std::vector<Row> MedianRuns(const std::vector<Row>& rows, int runs) {
+  std::map<std::pair<size_t, std::string>, std::vector<Row>> by_key;
+  for (const Row& r : rows) by_key[{r.bytes, r.algo}].push_back(r);
+  std::vector<Row> out;
+  for (auto& [key, group] : by_key) {
+    if (static_cast<int>(group.size()) < runs) continue;
+    std::vector<double> p99;
+    bool ok = true;
+    for (const Row& r : group) {
+      p99.push_back(r.p99);
+      ok = ok && r.ok;
+    }
+    std::sort(group.begin(), group.end(), [](const Row& a, const Row& b) { return a.p50 < b.p50; });
+    std::sort(p99.begin(), p99.end());
+    Row m = group[(group.size() - 1) / 2];
+    m.p99 = p99[(p99.size() - 1) / 2];
+    m.ok = ok;
+    out.push_back(m);
+  }
+  return out;
+}
+
 // Prints the comparison; returns false if any result was wrong or missing.
 bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
   std::string baseline;  // the first ring_chunked entry
@@ -240,6 +268,11 @@ bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
   }
   std::printf("\noptireduce allreduce comparison: %d ranks (local processes), transport %s, float32 sum\n",
               cfg.ranks, cfg.transport.c_str());
+  if (cfg.repeat > 1) {
+    std::printf("each row: the median of %d interleaved runs (p50: the run with the median p50; "
+                "p99: the median of the runs' p99s)\n",
+                cfg.repeat);
+  }
   std::printf("ratio = p50 time / %s's p50 time in this run (below 1 is faster); "
               "busbw x = its inverse (bus bandwidth relative to %s)\n\n",
               baseline.empty() ? "ring_chunked" : baseline.c_str(),
@@ -248,7 +281,7 @@ bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
               "p99 (us)", "busbw GB/s", "ratio", "busbw x", "check");
   FILE* csv = cfg.csv.empty() ? nullptr : std::fopen(cfg.csv.c_str(), "w");
   if (csv) {
-    std::fprintf(csv, "transport,ranks,bytes,algorithm,p50_us,p99_us,busbw_gbps,ratio_vs_ring_chunked,verified,busbw_speedup_vs_ring_chunked\n");
+    std::fprintf(csv, "transport,ranks,bytes,algorithm,p50_us,p99_us,busbw_gbps,ratio_vs_ring_chunked,verified,busbw_speedup_vs_ring_chunked,runs\n");
   }
   bool all_ok = true;
   for (size_t bytes : cfg.sizes) {
@@ -278,9 +311,9 @@ bool PrintTable(const Config& cfg, const std::vector<Row>& rows) {
                   row->ok ? "exact" : "WRONG");
       all_ok = all_ok && row->ok;
       if (csv) {
-        std::fprintf(csv, "%s,%d,%zu,%s,%.1f,%.1f,%.4f,%s,%d,%s\n", e.transport.c_str(),
+        std::fprintf(csv, "%s,%d,%zu,%s,%.1f,%.1f,%.4f,%s,%d,%s,%d\n", e.transport.c_str(),
                      cfg.ranks, bytes, e.algo.c_str(), row->p50, row->p99, row->busbw, ratio,
-                     row->ok, speedup);
+                     row->ok, speedup, cfg.repeat);
       }
     }
   }
@@ -330,6 +363,9 @@ int main(int argc, char** argv) {
       } else if (!ParseSize(v, &cfg.tar_chunk) || cfg.tar_chunk < 4) {
         return Usage(("--tar-chunk: bad size '" + v + "' (0, or at least 4 bytes)").c_str());
       }
+    } else if (arg == "--repeat") {
+      if (!absl::SimpleAtoi(value(), &cfg.repeat) || cfg.repeat < 1 || cfg.repeat > 20)
+        return Usage("--repeat takes a number of runs from 1 to 20");
     } else if (arg == "--csv") {
       cfg.csv = value();
       if (cfg.csv.empty()) return Usage("--csv needs a file name");
@@ -366,18 +402,21 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string results = std::string(tmpl) + "/rows";
   int rc = 0;
-  for (const Entry& e : cfg.entries) {
-    std::fprintf(stderr, "running %s over %s on %d ranks...\n", e.algo.c_str(),
-                 e.transport.c_str(), cfg.ranks);
-    const int status = RunLocalRanks(cfg.ranks, e.transport, 600, [&](const RankEnv& env) {
-      return optireduce::bench::RankMain(env, cfg, e.algo, e.label, results);
-    });
-    if (status != 0) {
-      std::fprintf(stderr, "optireduce-sweep: %s failed (status %d)\n", e.label.c_str(), status);
-      rc = 1;
+  for (int run = 1; run <= cfg.repeat; ++run) {
+    for (const Entry& e : cfg.entries) {
+      std::fprintf(stderr, "running %s over %s on %d ranks (run %d of %d)...\n", e.algo.c_str(),
+                   e.transport.c_str(), cfg.ranks, run, cfg.repeat);
+      const int status = RunLocalRanks(cfg.ranks, e.transport, 600, [&](const RankEnv& env) {
+        return optireduce::bench::RankMain(env, cfg, e.algo, e.label, results);
+      });
+      if (status != 0) {
+        std::fprintf(stderr, "optireduce-sweep: %s failed (status %d)\n", e.label.c_str(),
+                     status);
+        rc = 1;
+      }
     }
   }
-  if (!PrintTable(cfg, ReadRows(results))) rc = 1;
+  if (!PrintTable(cfg, MedianRuns(ReadRows(results), cfg.repeat))) rc = 1;
   std::remove(results.c_str());
   rmdir(tmpl);
   return rc;

@@ -174,8 +174,7 @@ def section_sweep(a, d):
     for ranks in rank_counts:
         part = os.path.join(d, "sweep-%s.csv" % ranks)
         cmd = [a.sweep_bin, "--ranks", ranks, "--sizes", sizes, "--algos", algos, "--csv", part]
-        if a.quick:
-            cmd += ["--iters", "10"]
+        cmd += ["--iters", "10"] if a.quick else ["--repeat", "3"]
         run(cmd, os.path.join(d, "log-%s.txt" % ranks))
         cmds.append(cmd)
         rows += read_csv(part)
@@ -186,8 +185,10 @@ def section_sweep(a, d):
     lines = stamp(*[[rel_bin(c) for c in cmd] for cmd in cmds]) + [
         "Local ranks (processes on one host: loopback for TCP and UDP, a memif mesh for "
         "DPDK), %s of them on the machine's 2 cores; every result verified exact. "
+        "Each row is the median of %s interleaved runs of every algorithm (p50: the run with "
+        "the median p50; p99: the median p99). "
         "Ratio: p50 over ring_chunked@tcp's at that size and rank count, in the same run "
-        "(below 1 is faster)." % " and ".join(rank_counts), ""]
+        "(below 1 is faster)." % (" and ".join(rank_counts), "1" if a.quick else "3"), ""]
     lines += md_table(["ranks", "size", "algorithm@transport", "p50 ms", "p99 ms", "bus GB/s",
                        "p50 vs ring_chunked@tcp"],
                       [[r["ranks"], size_label(int(r["bytes"])),

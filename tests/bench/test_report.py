@@ -100,3 +100,22 @@ def test_sweep_tar_chunk_pipelines_exact_tar_and_names_a_bad_size(bench_bin):
     p = subprocess.run([sweep, "--tar-chunk", "2"], stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, text=True, timeout=30)
     assert p.returncode == 2 and "--tar-chunk" in p.stderr, p.stderr
+
+
+def test_sweep_repeat_reports_the_median_of_interleaved_runs_and_names_a_bad_count(bench_bin, tmp_path):
+    """optireduce-sweep --repeat 2: every algorithm runs twice, interleaved; one verified row
+    per size and algorithm, its CSV row saying 2 runs; 0 runs are refused naming the flag."""
+    sweep = sweep_bin(bench_bin)
+    out = tmp_path / "rep.csv"
+    p = subprocess.run([sweep, "--ranks", "2", "--sizes", "4K", "--iters", "3", "--repeat", "2",
+                        "--algos", "ring_chunked@tcp,transpose@tcp", "--csv", str(out)],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stderr.count("(run 2 of 2)") == 2, p.stderr
+    with open(out) as f:
+        rows = list(csv.DictReader(f))
+    assert [(r["algorithm"], r["runs"], r["verified"]) for r in rows] == \
+        [("ring_chunked", "2", "1"), ("transpose", "2", "1")], rows
+    p = subprocess.run([sweep, "--repeat", "0"], stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=30)
+    assert p.returncode == 2 and "--repeat" in p.stderr, p.stderr
