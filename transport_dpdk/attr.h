@@ -32,7 +32,7 @@ struct EngineOptions {
   // max_sleep. On backends whose wait returns when a datagram arrives (udp,
   // loop: PacketIo::WakesOnInput) it spins input_spin, yielding the same way
   // (an answer that comes within it is taken without a wake-up of the thread),
-  // and then sleeps until its next timer (at most max_sleep). After kIdleAfter (100 ms) without work the device is
+  // and then sleeps until its next timer (at most max_sleep). After PollBackoff::kIdleAfter (100 ms, poll_backoff.h) without work the device is
   // idle: a timer-only backend sleeps up to idle_sleep between polls (input that
   // arrives meanwhile waits that long, but a user's post wakes the thread at
   // once), an input-waking one until its next timer or liveness check (at most

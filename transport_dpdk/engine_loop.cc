@@ -2,6 +2,7 @@
 // datagram to the receive path, pumps every peer's sends, and the transmit batch that
 // collects what goes out (Emit, FillHeader) and hands it to the device (Flush).
 #include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/poll_backoff.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -18,14 +19,9 @@ void Engine::Impl::Run() {
     thread_clock = cid;
     have_clock = true;
   }
-  // Backends whose wait returns on input need no doubling: after a short spin (an answer
-  // that comes within it costs no wake-up) the thread sleeps until its next timer and a
-  // datagram (or Wake) ends the sleep.
-  const us spin = wakes_on_input ? opts.input_spin : opts.spin;
-  // The longest sleep of a timer-only backend (once idle).
-  const us longest_sleep = std::max(opts.idle_sleep, opts.max_sleep);
-  auto last_work = Clock::now();
-  us sleep = kFirstBackoff;
+  // Spin after work, then sleep until input or the next timer, or back off on a
+  // timer-only backend (poll_backoff.h).
+  PollBackoff backoff(opts, wakes_on_input, liveness_every, Clock::now());
   // How the last sleep ended: 0 none since the last poll, 1 early, 2 at its timeout.
   int slept = 0;
   // While a user thread polls the input (engine_waiter.cc) this thread waits for Wake()
@@ -55,7 +51,7 @@ void Engine::Impl::Run() {
       const auto now = Clock::now();
       if (kicked) {
         kicked = false;
-        last_work = now;
+        backoff.Restart(now);
       }
       if (!opts.busy_poll && waiter_active.load(std::memory_order_relaxed)) {
         wake_only_sleep = waiter_exits != exits_seen
@@ -71,23 +67,19 @@ void Engine::Impl::Run() {
           sleeping_until = now + wait;
           wake_only = progress_waits_for_wake = true;
         }
-      } else if (worked) {
-        last_work = now;
-        sleep = kFirstBackoff;
-      } else if (!opts.busy_poll && now - last_work < spin) {
-        spinning = true;
       } else if (!opts.busy_poll) {
-        const bool idle = now - last_work >= kIdleAfter;
-        const us cap = !idle         ? opts.max_sleep
-                       : wakes_on_input ? std::chrono::duration_cast<us>(liveness_every)
-                                        : longest_sleep;
-        wait = wakes_on_input ? cap : std::min(sleep, cap);
-        wait = deadline > now
-                   ? std::min(wait, std::chrono::duration_cast<us>(deadline - now) + us(1))
-                   : us(0);
-        // Published under the lock: a user thread that queues work with an earlier
-        // timer than this (Kick) wakes the thread; otherwise it lets it sleep.
-        if (wait.count() > 0) sleeping_until = now + wait;
+        switch (backoff.After(now, worked, deadline, &wait)) {
+          case PollBackoff::Next::kPollNow:
+            break;
+          case PollBackoff::Next::kYield:
+            spinning = true;
+            break;
+          case PollBackoff::Next::kSleep:
+            // Published under the lock: a user thread that queues work with an earlier
+            // timer than this (Kick) wakes the thread; otherwise it lets it sleep.
+            sleeping_until = now + wait;
+            break;
+        }
       }
     }
     if (wait.count() <= 0) {
@@ -114,7 +106,6 @@ void Engine::Impl::Run() {
       progress_waits_for_wake = false;
     }
     slept = Clock::now() - t0 < wait ? 1 : 2;
-    if (!wakes_on_input) sleep = std::min(sleep * 2, longest_sleep);
   }
 }
 

@@ -47,12 +47,6 @@ constexpr us kAckDelay{100};
 constexpr uint64_t kNoSeq = ReliableSender::kNone;
 // How long the bounded service waits before sending again what the device refused.
 constexpr std::chrono::microseconds kBoundedTxRetry{20};
-// On a timer-only backend (no input wake-up), the first sleep after the spin that follows
-// work; later sleeps double up to EngineOptions::max_sleep (the progress thread's and a
-// polling waiter's alike).
-constexpr us kFirstBackoff{16};
-// Without work this long, the device is idle (EngineOptions::idle_sleep).
-constexpr std::chrono::milliseconds kIdleAfter{100};
 // Repair jobs (distinct operations) queued per peer at most; more requests are dropped
 // (counted) and asked again by the requester's next round.
 constexpr size_t kMaxQueuedRepairs = 64;

@@ -9,6 +9,7 @@
 #include <sched.h>
 
 #include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/poll_backoff.h"
 
 namespace optireduce {
 namespace transport {
@@ -28,14 +29,9 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
     return DriveResult::kNotDriven;
   }
   e.waiter_active.store(true, std::memory_order_relaxed);
-  // The same policy as the progress thread's: the thread entered after posting work, so
-  // it first spins (input_spin, or spin on a timer-only backend; each empty poll yields
-  // the core), then sleeps until input, its next timer, WakeWaiter or `until` (a
-  // timer-only backend: for at most `backoff`, from 16 µs doubling up to max_sleep, or
-  // idle_sleep once idle).
-  const us spin = e.wakes_on_input ? e.opts.input_spin : e.opts.spin;
-  us backoff = kFirstBackoff;
-  auto last_work = Clock::now();
+  // The progress thread's policy (poll_backoff.h): the thread entered after posting work,
+  // so it first spins, then sleeps until input, its next timer, WakeWaiter or `until`.
+  PollBackoff backoff(e.opts, e.wakes_on_input, e.liveness_every, Clock::now());
   int slept = 0;  // how the last sleep ended: 0 none, 1 early, 2 at its timeout
   for (;;) {
     Clock::time_point deadline;
@@ -62,25 +58,13 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
       return done ? DriveResult::kReady : DriveResult::kTimedOut;
     }
     sink_lock.unlock();
-    if (worked) {
-      last_work = now;
-      backoff = kFirstBackoff;
-    }
-    const auto due = std::min(deadline, until);
+    us wait{0};
+    const PollBackoff::Next next = backoff.After(now, worked, std::min(deadline, until), &wait);
     lock.unlock();
-    if (now - last_work < spin) {
+    if (next == PollBackoff::Next::kYield) {
       Bump(e.stats.progress_yields);
       sched_yield();
-    } else if (due > now) {
-      us wait = std::chrono::duration_cast<us>(due - now) + us(1);
-      if (!e.wakes_on_input) {
-        wait = std::min(wait, backoff);
-        // Idle (a wait for a peer that is late by far): up to idle_sleep, as the progress
-        // thread would.
-        const us cap = now - last_work >= kIdleAfter ? std::max(e.opts.idle_sleep, e.opts.max_sleep)
-                                                     : e.opts.max_sleep;
-        backoff = std::min(backoff * 2, std::max(cap, kFirstBackoff));
-      }
+    } else if (next == PollBackoff::Next::kSleep) {
       e.io->WaitAsWaiter(wait);
       slept = Clock::now() - now < wait ? 1 : 2;
     }
