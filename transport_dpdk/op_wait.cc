@@ -8,6 +8,34 @@
 
 namespace optireduce {
 namespace transport {
+namespace {
+
+using SteadyClock = std::chrono::steady_clock;
+
+// Waits (sink lock held) until ready() holds or `until` (max: no limit); false if it timed
+// out. Polls the engine itself where it can (Engine::DriveWait), else waits on the sink.
+template <typename Ready>
+bool WaitReady(OpSink& sink, std::unique_lock<std::mutex>& lock, Ready& ready,
+               SteadyClock::time_point until, Engine* engine) {
+  if (ready()) return true;
+  if (engine) {
+    switch (engine->DriveWait(lock, ready, until)) {
+      case Engine::DriveResult::kReady:
+        return true;
+      case Engine::DriveResult::kTimedOut:
+        return false;
+      case Engine::DriveResult::kNotDriven:
+        break;
+    }
+  }
+  if (until == SteadyClock::time_point::max()) {
+    sink.cv.wait(lock, ready);
+    return true;
+  }
+  return sink.cv.wait_until(lock, until, ready);
+}
+
+}  // namespace
 
 bool WaitForCompletion(OpSink& sink, bool send, int* rank,
                        std::chrono::milliseconds timeout,
@@ -28,19 +56,9 @@ bool WaitForCompletion(OpSink& sink, bool send, int* rank,
       if (n) n->fetch_sub(1, std::memory_order_relaxed);
     }
   } blocked(!send && !ready() ? &sink.blocked_recv_waits : nullptr);
-  const auto until = timeout.count() <= 0 ? std::chrono::steady_clock::time_point::max()
-                                          : std::chrono::steady_clock::now() + timeout;
-  Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
-  if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
-  bool timed_out = driven == Engine::DriveResult::kTimedOut;
-  if (driven == Engine::DriveResult::kNotDriven) {
-    if (timeout.count() <= 0) {
-      sink.cv.wait(lock, ready);
-    } else {
-      timed_out = !sink.cv.wait_until(lock, until, ready);
-    }
-  }
-  if (timed_out) {
+  const auto until = timeout.count() <= 0 ? SteadyClock::time_point::max()
+                                          : SteadyClock::now() + timeout;
+  if (!WaitReady(sink, lock, ready, until, engine)) {
     const auto& pending = send ? sink.pending_sends : sink.pending_recvs;
     std::vector<std::string> what;
     for (const auto& kv : pending) {
@@ -79,11 +97,7 @@ PollResult PollForCompletion(OpSink& sink, bool send, int* rank,
     auto& done = send ? sink.sends_done : sink.recvs_done;
     const bool& aborted = send ? sink.abort_send : sink.abort_recv;
     auto ready = [&] { return !done.empty() || aborted || !sink.errors.empty(); };
-    const auto until = std::chrono::steady_clock::now() + slice;
-    Engine::DriveResult driven = Engine::DriveResult::kNotDriven;
-    if (engine && !ready()) driven = engine->DriveWait(lock, ready, until);
-    if (driven == Engine::DriveResult::kTimedOut ||
-        (driven == Engine::DriveResult::kNotDriven && !sink.cv.wait_until(lock, until, ready))) {
+    if (!WaitReady(sink, lock, ready, SteadyClock::now() + slice, engine)) {
       return PollResult::kNotYet;
     }
   }
