@@ -44,6 +44,9 @@ constexpr uint64_t kMetaSlotSequenceMask = (uint64_t{1} << 22) - 1;
 // Recursive doubling (exact operations up to the small-message size) above the agreement
 // slots, so no operation's fingerprint ever shares a slot with another's data.
 constexpr uint64_t kRecursiveDoublingSlotDelta = uint64_t{1} << 23;
+// OptiReduce mode's decisions (bounded_agreement.h): one slot per operation of the tag,
+// above recursive doubling's, wrapping like the agreement slots.
+constexpr uint64_t kDecisionSlotDelta = kRecursiveDoublingSlotDelta + 1;
 
 struct ImplAccess : gloo::AllreduceOptions {
   static const Impl& Get(const gloo::AllreduceOptions& opts) {
@@ -468,9 +471,16 @@ void Run(Job job) {
     const uint64_t seed = hadamard::OperationSeed(job.hadamard_seed, op.key);
     BoundedChannel* channel = nullptr;
     if (job.bounded) channel = job.channel != nullptr ? job.channel : BoundedChannelOf(ctx);
+    // A contribution an earlier OptiReduce-mode operation on this buffer deferred joins this
+    // one's input, whatever this one runs (bounded_agreement.h): late, never lost.
+    const BoundedContextState::CarryKey carry_key{reinterpret_cast<uintptr_t>(data), g.elements,
+                                                  job.type};
+    bool carried_in = false;
+    if (job.bounded && g.elements > 0) carried_in = ledger->bounded_state().TakeCarry(carry_key, data);
     if (job.bounded && channel == nullptr) WarnNoBoundedService();
     if (channel == nullptr && job.hadamard_only_if_bounded) job.hadamard = false;
     OpStats stats;
+    stats.carried_in = carried_in;
     stats.tag = g.tag;
     stats.bytes = bytes;
     stats.rank = ctx.rank;
@@ -546,7 +556,20 @@ void Run(Job job) {
       args.inverse_hadamard = job.hadamard;
       args.hadamard_seed = seed;
       args.hadamard = HadamardOptions(job);
+      args.leader = LeaderOf(op.key, ctx.size);
+      args.decision_slot = static_cast<uint64_t>(gloo::Slot::build(kTransposeSlotPrefix, g.tag)) +
+                           kDecisionSlotDelta + (op.sequence & kMetaSlotSequenceMask);
+      args.timeout = g.timeout.count() > 0 ? g.timeout
+                                           : std::chrono::duration_cast<milliseconds>(ctx.getTimeout());
+      BoundedContextState& state = ledger->bounded_state();
+      args.must_wait = state.LastLeftOut(ctx.size);
+      Decision decision;
+      std::vector<char> carry;
+      args.decision_out = &decision;
+      args.carry_out = &carry;
       BoundedTranspose(args, &stats);
+      state.NoteDecision(decision);
+      if (!carry.empty()) stats.carry_dropped = state.AddCarry(carry_key, carry.data());
     } else {
       if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {
         RecursiveDoublingArgs rd;

@@ -25,12 +25,6 @@ double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-double LossFraction(const PhaseStats& p) {
-  return p.bytes_expected == 0
-             ? 0.0
-             : 1.0 - static_cast<double>(p.bytes_received) / p.bytes_expected;
-}
-
 uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
   uint64_t total = 0;
   for (size_t i = 0; i < regions; i++) {
@@ -39,61 +33,10 @@ uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
   return total;
 }
 
-// Waits for a phase, repairs it if the loss is above the limit, and records the outcome.
-// Repairs of both phases share one budget: the operation ends by `repair_end` at the latest.
-// `start_by`: until when a peer that answers a repair with "not started" is waited for to
-// start; nullopt: only for the quiet period.
-void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
-                 Clock::time_point deadline, Clock::time_point repair_end,
-                 std::optional<Clock::time_point> start_by, const BoundedTransposeArgs& a,
-                 const char* what, PhaseStats* p) {
-  const auto start = Clock::now();
-  p->bytes_expected = 0;
-  for (const BoundedRegion& r : regions) p->bytes_expected += r.nbytes;
-  p->end = rx.Wait(deadline, a.bound.quiet, a.bound.peer_factor);
-  p->bytes_received = ArrivedBytes(rx, regions.size());
-  if (p->end != PhaseEnd::kPeerFailed && LossFraction(*p) > a.max_loss &&
-      a.bound.repair_budget.count() > 0) {
-    p->repaired = true;
-    const auto now = Clock::now();
-    const microseconds grace =
-        start_by ? std::max(a.bound.quiet,
-                            std::chrono::duration_cast<microseconds>(*start_by - now))
-                 : a.bound.quiet;
-    if (rx.Repair(std::min(now + a.bound.repair_budget, repair_end), grace) ==
-        PhaseEnd::kPeerFailed) {
-      p->end = PhaseEnd::kPeerFailed;
-    }
-    p->bytes_received = ArrivedBytes(rx, regions.size());
-  }
-  for (size_t i = 0; i < regions.size(); i++) {
-    uint64_t got = 0;
-    for (const ByteRange& r : rx.Arrived(i)) got += r.size();
-    // Loss and lateness are absorbed, a peer that is gone is not: its data never comes,
-    // and every later operation would silently run without it.
-    const absl::Status peer = rx.PeerStatus(i);
-    if (got < regions[i].nbytes && !peer.ok()) {
-      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") failed ",
-                                           what, " rank ", regions[i].peer, ": ",
-                                           peer.ToString()));
-    }
-    if (got < regions[i].nbytes) p->late_peers.push_back(regions[i].peer);
-    if (rx.Estimated(i)) p->estimated_peers.push_back(regions[i].peer);
-  }
-  p->ms = MsSince(start);
-}
-
 // Records how late the latest peer started (its first phase-1 packet here; TimeoutPolicy
-// learns the start grace from it), or that a peer had not started when phase 1 ended. That
-// peer sends its reduced shard only after its own phase 1; with `skip_in_phase2` phase 2
-// does not wait for it (with the learned grace, waiting until the peer timeout cost ~40 ms
-// per straggler at 16 MiB, as much as the grace had saved). With the budget grace phase 2
-// still waits: the shard often comes meanwhile, and filling the whole of it from this rank's
-// own contribution made DDP replicas drift (tta.py --quick: min replica accuracy 77.5% in
-// 4 of 12 runs, never below 86.4% while waiting).
+// learns the start grace from it), or that a peer had not started when phase 1 ended.
 void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
-                      Clock::time_point start, bool skip_in_phase2, BoundedReceive* rx2,
-                      OpStats* stats) {
+                      Clock::time_point start, OpStats* stats) {
   if (regions1.empty()) return;
   Clock::time_point latest = start;
   bool gave_up = false;
@@ -103,12 +46,49 @@ void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion
       latest = std::max(latest, *first);
     } else {
       gave_up = true;
-      if (skip_in_phase2) rx2->GiveUp(regions1[i].peer);
     }
   }
   stats->start_lag_gave_up = gave_up;
   stats->start_lag_ms =
       gave_up ? MsSince(start) : std::chrono::duration<double, std::milli>(latest - start).count();
+}
+
+// Waits for the leader's decision until the operation's timeout.
+void WaitDecision(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArgs& a,
+                  Clock::time_point until) {
+  int from = a.leader;
+  bool ok = false;
+  const auto left = std::max(std::chrono::milliseconds(1),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
+  try {
+    ok = buf.waitRecv(&from, left);
+  } catch (const gloo::IoException& e) {
+    throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag,
+                                         ") failed waiting for the decision of rank ", a.leader,
+                                         " (this operation's leader): ", e.what()));
+  }
+  if (!ok) {
+    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", a.tag,
+                            ") aborted while waiting for the decision of rank ", a.leader);
+  }
+}
+
+void WaitDecisionSent(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArgs& a,
+                      Clock::time_point until) {
+  int to = -1;
+  bool ok = false;
+  const auto left = std::max(std::chrono::milliseconds(1),
+                             std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
+  try {
+    ok = buf.waitSend(&to, left);
+  } catch (const gloo::IoException& e) {
+    throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag,
+                                         ") failed sending this operation's decision: ", e.what()));
+  }
+  if (!ok) {
+    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", a.tag,
+                            ") aborted while sending this operation's decision");
+  }
 }
 
 // The elements [begin, end) of a region of `count` elements that an arrived byte range
@@ -118,51 +98,10 @@ std::pair<size_t, size_t> WholeElements(const ByteRange& r, size_t count) {
   return {(r.begin + sizeof(T) - 1) / sizeof(T), std::min(count, r.end / sizeof(T))};
 }
 
-// Sums the arrived ranges of every peer into `mine` and compensates what is missing. Only
-// the missing ranges are visited twice: without loss this is a plain vectorised sum.
-template <typename T>
-void ReduceArrived(T* mine, size_t count, const std::vector<T*>& peer_data,
-                   const BoundedReceive& rx, int ranks, Compensation compensation) {
-  // (element, +1) where a peer's missing range starts, (element, -1) where it ends.
-  std::vector<std::pair<size_t, int>> events;
-  for (size_t p = 0; p < peer_data.size(); p++) {
-    const T* src = peer_data[p];
-    size_t next = 0;  // first element not yet known to have arrived from this peer
-    for (const ByteRange& r : rx.Arrived(p)) {
-      const auto [begin, end] = WholeElements<T>(r, count);
-      if (end <= begin) continue;  // less than one whole element
-      if (begin > next) {
-        events.emplace_back(next, +1);
-        events.emplace_back(begin, -1);
-      }
-      for (size_t i = begin; i < end; i++) mine[i] += src[i];
-      next = end;
-    }
-    if (next < count) {
-      events.emplace_back(next, +1);
-      events.emplace_back(count, -1);
-    }
-  }
-  if (compensation != Compensation::kDebias || events.empty()) return;
-  // Every element has the owner's own value; where `missing` peers lack it, the sum of the
-  // others is scaled by N / (N - missing).
-  std::sort(events.begin(), events.end());
-  int missing = 0;
-  size_t at = 0;
-  for (const auto& [pos, delta] : events) {
-    if (missing > 0 && pos > at) {
-      const T scale = static_cast<T>(ranks) / static_cast<T>(ranks - missing);
-      for (size_t i = at; i < pos; i++) mine[i] *= scale;
-    }
-    missing += delta;
-    at = pos;
-  }
-}
-
-// Where the other owners' reduced shards go, in global elements, sorted: a copy of what
-// arrived in phase 2 (src), or, for a range that never arrived, the rank's own contribution
-// still in the buffer, scaled by N — the unbiased estimate of the sum from one of N similar
-// contributions (src null). Mine is not listed.
+// Where the reduced shards go, in global elements, sorted: for a counted owner a copy of
+// its shard as it arrived whole in phase 2 (src); for an owner left out by the decision,
+// zero (src null) — on every rank, so the result is the same everywhere. This rank's own
+// shard is listed only when it is left out itself (else its reduced values stay in place).
 template <typename T>
 struct Placement {
   size_t begin, end;
@@ -170,22 +109,17 @@ struct Placement {
 };
 
 template <typename T>
-std::vector<Placement<T>> Placements(const TransposePlan& plan, const BoundedReceive& rx,
-                                     const std::vector<BoundedRegion>& regions) {
+std::vector<Placement<T>> Placements(const TransposePlan& plan,
+                                     const std::vector<BoundedRegion>& regions,
+                                     const std::vector<bool>& counted, int rank) {
   std::vector<Placement<T>> parts;
-  for (size_t i = 0; i < regions.size(); i++) {
-    const int owner = regions[i].peer;
-    const size_t base = plan.ShardBegin(owner);
-    const size_t count = plan.ShardCount(owner);
-    const T* arrived = static_cast<const T*>(regions[i].dst);
-    size_t next = 0;  // first element not yet known to have arrived
-    for (const ByteRange& r : rx.Arrived(i)) {
-      const auto [begin, end] = WholeElements<T>(r, count);
-      if (begin > next) parts.push_back({base + next, base + begin, nullptr});
-      if (end > begin) parts.push_back({base + begin, base + end, arrived + begin});
-      next = std::max(next, end);
-    }
-    if (next < count) parts.push_back({base + next, base + count, nullptr});
+  for (const BoundedRegion& r : regions) {
+    const size_t base = plan.ShardBegin(r.peer);
+    const size_t count = plan.ShardCount(r.peer);
+    parts.push_back({base, base + count, counted[r.peer] ? static_cast<const T*>(r.dst) : nullptr});
+  }
+  if (!counted[rank] && plan.ShardCount(rank) > 0) {
+    parts.push_back({plan.ShardBegin(rank), plan.ShardBegin(rank) + plan.ShardCount(rank), nullptr});
   }
   std::sort(parts.begin(), parts.end(),
             [](const Placement<T>& x, const Placement<T>& y) { return x.begin < y.begin; });
@@ -194,21 +128,21 @@ std::vector<Placement<T>> Placements(const TransposePlan& plan, const BoundedRec
 
 // Writes elements [x0, x1) of `part` (within it) into place.
 template <typename T>
-void Place(T* data, const Placement<T>& part, size_t x0, size_t x1, T n) {
+void Place(T* data, const Placement<T>& part, size_t x0, size_t x1) {
   if (part.src != nullptr) {
     std::memcpy(data + x0, part.src + (x0 - part.begin), (x1 - x0) * sizeof(T));
   } else {
-    for (size_t e = x0; e < x1; e++) data[e] *= n;
+    std::fill(data + x0, data + x1, T(0));
   }
 }
 
-// Moves the reduced shards that arrived in phase 2 from scratch into place (Placements).
+// Moves the reduced shards from scratch into place (Placements).
 template <typename T>
-void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive& rx,
-                        const std::vector<BoundedRegion>& regions) {
-  const T n = static_cast<T>(plan.ranks());
-  for (const Placement<T>& part : Placements<T>(plan, rx, regions)) {
-    Place(data, part, part.begin, part.end, n);
+void PlaceReducedShards(T* data, const TransposePlan& plan,
+                        const std::vector<BoundedRegion>& regions,
+                        const std::vector<bool>& counted, int rank) {
+  for (const Placement<T>& part : Placements<T>(plan, regions, counted, rank)) {
+    Place(data, part, part.begin, part.end);
   }
 }
 
@@ -217,18 +151,17 @@ void PlaceReducedShards(T* data, const TransposePlan& plan, const BoundedReceive
 // elements are written, while it is still in cache.
 template <typename T>
 void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan& plan,
-                                  const BoundedReceive& rx,
-                                  const std::vector<BoundedRegion>& regions, uint64_t seed,
+                                  const std::vector<BoundedRegion>& regions,
+                                  const std::vector<bool>& counted, int rank, uint64_t seed,
                                   const hadamard::Options& options) {
-  const T n = static_cast<T>(plan.ranks());
-  const std::vector<Placement<T>> parts = Placements<T>(plan, rx, regions);
+  const std::vector<Placement<T>> parts = Placements<T>(plan, regions, counted, rank);
   size_t first = 0;  // first part that may overlap the current block
   for (const hadamard::Block& block : hadamard::Blocks(elements, options)) {
     const size_t b0 = block.offset;
     const size_t b1 = b0 + (size_t{1} << block.log2_size);
     while (first < parts.size() && parts[first].end <= b0) first++;
     for (size_t q = first; q < parts.size() && parts[q].begin < b1; q++) {
-      Place(data, parts[q], std::max(parts[q].begin, b0), std::min(parts[q].end, b1), n);
+      Place(data, parts[q], std::max(parts[q].begin, b0), std::min(parts[q].end, b1));
     }
     hadamard::InverseBlock(data, block, seed, options);
   }
@@ -277,6 +210,66 @@ class SourcesGuard {
   bool armed_ = true;
 };
 
+// Throws gloo::IoException when a region still incomplete belongs to a peer that is gone
+// (its data never comes: OptiReduce mode absorbs lateness, never a dead peer).
+void ThrowIfGone(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                 const std::vector<bool>& waited, const BoundedTransposeArgs& a,
+                 const char* what) {
+  for (size_t i = 0; i < regions.size(); i++) {
+    if (!waited.empty() && !waited[regions[i].peer]) continue;
+    uint64_t got = 0;
+    for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+    const absl::Status peer = rx.PeerStatus(i);
+    if (got < regions[i].nbytes && !peer.ok()) {
+      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") failed ",
+                                           what, " rank ", regions[i].peer, ": ",
+                                           peer.ToString()));
+    }
+  }
+}
+
+// Repairs the regions of counted peers until they are complete, or throws at `until` (the
+// operation's timeout) naming the first peer whose data is still missing.
+void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                        const std::vector<bool>& counted, Clock::time_point until,
+                        const BoundedTransposeArgs& a, const char* what, PhaseStats* p) {
+  for (;;) {
+    int missing = -1;
+    for (size_t i = 0; i < regions.size() && missing < 0; i++) {
+      if (!counted[regions[i].peer]) continue;
+      uint64_t got = 0;
+      for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+      if (got < regions[i].nbytes) missing = regions[i].peer;
+    }
+    if (missing < 0) return;
+    ThrowIfGone(rx, regions, counted, a, what);
+    const auto now = Clock::now();
+    if (now >= until) {
+      throw gloo::IoException(absl::StrCat(
+          "optireduce::allreduce (tag ", a.tag, ") timed out ", what, " rank ", missing,
+          ": its data is counted on every rank but did not arrive whole in time"));
+    }
+    p->repaired = true;
+    // A counted peer has started (the leader has its data) and serves until its own phase
+    // 2 is complete, which needs this data first: it is waited for, not given up.
+    const auto grace = std::chrono::duration_cast<microseconds>(until - now);
+    // One repair round per bound (Repair asks again 8 times a round): a lost repair is asked
+    // for again within a fraction of the bound, not of the whole timeout.
+    const auto round = std::max<Clock::duration>(a.bound.bound, std::chrono::milliseconds(8));
+    rx.Repair(std::min(until, now + round), grace);
+  }
+}
+
+uint64_t ArrivedBytesOf(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                        const std::vector<bool>& counted) {
+  uint64_t total = 0;
+  for (size_t i = 0; i < regions.size(); i++) {
+    if (!counted.empty() && !counted[regions[i].peer]) continue;
+    for (const ByteRange& r : rx.Arrived(i)) total += r.size();
+  }
+  return total;
+}
+
 template <typename T>
 void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   BoundedTransposeArgs a = args;  // a.bound may be settled below
@@ -288,6 +281,10 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   const uint64_t op1 = a.op;
   const uint64_t op2 = SiblingPhaseOp(op1);
   const auto start = Clock::now();
+  const std::chrono::milliseconds timeout =
+      a.timeout.count() > 0 ? a.timeout
+                            : std::chrono::duration_cast<std::chrono::milliseconds>(ctx.getTimeout());
+  const Clock::time_point complete_by = start + timeout;
 
   // Phase 1: receive my shard from every peer into scratch, send every owner its shard.
   const size_t my_count = plan.ShardCount(rank);
@@ -319,6 +316,12 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     regions2.push_back({owner, shards_memory + at, plan.ShardCount(owner) * sizeof(T)});
   }
   auto rx2 = a.channel->PostReceive(op2, regions2);
+  // The leader's decision: posted before any data moves, so it is never staged.
+  const bool leader = rank == a.leader;
+  std::vector<uint64_t> decision_words(Decision::WireWords(n), 0);
+  auto decision_buf =
+      ctx.createUnboundBuffer(decision_words.data(), decision_words.size() * sizeof(uint64_t));
+  if (!leader) decision_buf->recv(a.leader, a.decision_slot);
   for (int step = 1; step < n; step++) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
@@ -329,55 +332,162 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   stats->bound_ms = a.bound.bound.count() / 1000.0;
   stats->bound_capped = a.bound.capped;
   const auto half = a.bound.bound / 2;
-  const auto repair_end = start + a.bound.bound + a.bound.repair_budget;
-  // A peer that has not started this allreduce when phase 1 asks it for a repair may just
-  // have been descheduled (ranks call an allreduce some time apart): it is waited for until
-  // the start grace, learned from how late peers usually start (TimeoutPolicy) — a fixed
-  // quarter of the bound cut the tail under stragglers but cost DDP accuracy on a loaded
-  // host (tests/python, digits: -2.6 points); without history, the whole repair budget.
-  // An owner that has not started by the time phase 2 asks for its shard is a straggler
-  // for certain: it gets only the quiet period.
-  // With two ranks the late peer is half the job: its contribution is not estimated from
-  // the other half alone; it keeps the whole repair budget (measured: a 2-rank DDP test on
-  // a loaded host drifted up to 3 points when it was given up at the learned grace).
+  // A peer that has not started this allreduce by the start grace is left out by the
+  // leader (its contribution is deferred, not lost). The grace is learned from how late
+  // peers usually start (TimeoutPolicy); without history it is the whole first half and
+  // the repair budget. With two ranks the late peer is half the job: it keeps the whole
+  // budget too.
   const bool learned_grace = n > 2 && a.bound.start_grace_learned;
   const Clock::time_point start_by =
       learned_grace ? start + a.bound.start_grace : start + half + a.bound.repair_budget;
   stats->start_grace_ms = std::chrono::duration<double, std::milli>(start_by - start).count();
-  FinishPhase(*rx1, regions1, start + half, repair_end, start_by, a,
-              "receiving phase-1 data from", &stats->phase[0]);
-  NoteLateStarters(*rx1, regions1, start, learned_grace, rx2.get(), stats);
-  ReduceArrived(mine, my_count, peer_data, *rx1, n, a.compensation);
-  rx1.reset();
 
-  // Phase 2: send my reduced shard to everyone, marked as an estimate when its inputs stayed
-  // incomplete beyond the limit: the damage is then every rank's, not only this one's.
-  const bool estimated = LossFraction(stats->phase[0]) > a.max_loss;
-  const auto phase2_start = Clock::now();
-  if (my_count > 0) {
-    for (int step = 1; step < n; step++) {
-      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T), estimated);
+  PhaseStats& p1 = stats->phase[0];
+  const auto phase1_start = Clock::now();
+  for (const BoundedRegion& r : regions1) p1.bytes_expected += r.nbytes;
+  p1.end = rx1->Wait(start + half, a.bound.quiet, a.bound.peer_factor);
+  p1.bytes_received = ArrivedBytes(*rx1, regions1.size());
+  ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
+
+  Decision decision;
+  decision.op = op1;
+  if (leader) {
+    bool must_wait = false;
+    for (size_t i = 0; i < regions1.size(); i++) {
+      const int peer = regions1[i].peer;
+      if (!rx1->FirstArrival(i) && !a.must_wait.empty() && a.must_wait[peer]) must_wait = true;
+    }
+    bool any_missing = false;
+    for (size_t i = 0; i < regions1.size(); i++) any_missing = any_missing || !rx1->FirstArrival(i);
+    if (any_missing) {
+      // Peers that have not started are waited for until the start grace (until the
+      // timeout when one of them was left out last time: nobody falls further behind).
+      const auto now = Clock::now();
+      const Clock::time_point until =
+          must_wait ? complete_by : std::max(start_by, now + a.bound.quiet);
+      const auto grace = std::max(a.bound.quiet,
+                                  std::chrono::duration_cast<microseconds>(until - now));
+      // Repair rounds also ask the peers that have not started, which answer "not
+      // started"; the wait ends once every peer has started or the grace has passed.
+      const auto round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
+      p1.repaired = true;
+      for (;;) {
+        bool all_started = true;
+        for (size_t i = 0; i < regions1.size(); i++) all_started = all_started && rx1->FirstArrival(i);
+        const auto t = Clock::now();
+        if (all_started || t >= until) break;
+        if (rx1->Repair(std::min(until, t + round), grace) == PhaseEnd::kPeerFailed) {
+          ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
+        }
+      }
+    }
+    decision.counted.assign(n, false);
+    decision.counted[rank] = true;
+    for (size_t i = 0; i < regions1.size(); i++) {
+      if (rx1->FirstArrival(i)) decision.counted[regions1[i].peer] = true;
+    }
+    // With this rank's shard empty (fewer elements than ranks) nobody sends it anything:
+    // every rank counts.
+    if (regions1.empty()) decision.counted.assign(n, true);
+    const std::vector<uint64_t> words = decision.Encode();
+    std::copy(words.begin(), words.end(), decision_words.begin());
+    for (int peer = 0; peer < n; peer++) {
+      if (peer != rank) decision_buf->send(peer, a.decision_slot);
+    }
+  } else {
+    WaitDecision(*decision_buf, a, complete_by);
+    absl::StatusOr<Decision> got = Decision::Decode(decision_words, n, op1);
+    if (!got.ok()) {
+      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") from rank ",
+                                           a.leader, ": ", got.status().message()));
+    }
+    decision = *std::move(got);
+  }
+  const std::vector<bool>& counted = decision.counted;
+  for (size_t i = 0; i < regions1.size(); i++) {
+    if (!counted[regions1[i].peer]) rx1->GiveUp(regions1[i].peer);
+  }
+  if (counted[rank]) {
+    RepairToCompletion(*rx1, regions1, counted, complete_by, a, "receiving phase-1 data from",
+                       &p1);
+  }
+  for (const BoundedRegion& r : regions1) {
+    if (!counted[r.peer]) p1.late_peers.push_back(r.peer);
+  }
+  p1.ms = MsSince(phase1_start);
+  NoteLateStarters(*rx1, regions1, start, stats);
+  // Exactly the counted contributions, in step order: the owner's sum is the one value of
+  // its shard on every rank.
+  if (counted[rank]) {
+    for (size_t i = 0; i < regions1.size(); i++) {
+      if (!counted[regions1[i].peer]) continue;
+      const T* src = peer_data[i];
+      for (size_t e = 0; e < my_count; e++) mine[e] += src[e];
     }
   }
-  FinishPhase(*rx2, regions2, phase2_start + half, repair_end, std::nullopt, a,
-              "receiving phase-2 data from", &stats->phase[1]);
-  // Phase-1 sources are released before they are overwritten (what is still queued for
-  // them is dropped; an owner still repairing gets no answer and compensates); the
-  // reduced shard is copied so that late phase-2 repairs are still served while the
+  rx1.reset();
+
+  // Phase 2: a counted owner sends its reduced shard to everyone; an owner left out sends
+  // nothing (its shard is zero everywhere).
+  PhaseStats& p2 = stats->phase[1];
+  const auto phase2_start = Clock::now();
+  if (my_count > 0 && counted[rank]) {
+    for (int step = 1; step < n; step++) {
+      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T),
+                      /*estimated=*/false);
+    }
+  }
+  for (const BoundedRegion& r : regions2) {
+    if (counted[r.peer]) {
+      p2.bytes_expected += r.nbytes;
+    } else {
+      rx2->GiveUp(r.peer);
+      p2.late_peers.push_back(r.peer);
+    }
+  }
+  p2.end = rx2->Wait(phase2_start + half, a.bound.quiet, a.bound.peer_factor);
+  p2.bytes_received = ArrivedBytesOf(*rx2, regions2, counted);
+  RepairToCompletion(*rx2, regions2, counted, complete_by, a, "receiving phase-2 data from",
+                     &p2);
+  p2.ms = MsSince(phase2_start);
+  // Phase-1 sources are released before they are overwritten; the reduced shard is copied
+  // so that late phase-2 repairs (a rank left out, catching up) are still served while the
   // caller transforms the buffer back.
   a.channel->FinishSends(op1, Clock::now() + half);
   a.channel->Release(op1);
+
+  // What of this rank's own contribution is not applied: all of it when it is not
+  // counted, else its values in the shards of owners that are not counted.
+  std::vector<T> carry;
+  bool any_deferred = !counted[rank];
+  for (int o = 0; o < n; o++) any_deferred = any_deferred || (!counted[o] && plan.ShardCount(o) > 0);
+  if (any_deferred && a.carry_out != nullptr) {
+    carry.assign(a.elements, T(0));
+    for (int o = 0; o < n; o++) {
+      if (counted[rank] && (counted[o] || o == rank)) continue;
+      const size_t b = plan.ShardBegin(o);
+      std::memcpy(carry.data() + b, data + b, plan.ShardCount(o) * sizeof(T));
+    }
+  }
+  if (counted[rank]) a.channel->Detach(op2);
   if (a.inverse_hadamard) {
-    // Mine is transformed back below: the copy that serves late phase-2 repairs (which
-    // ask for the transformed values) is taken first.
-    a.channel->Detach(op2);
-    PlaceReducedShardsAndInverse(data, a.elements, plan, *rx2, regions2, a.hadamard_seed,
-                                 a.hadamard);
-    rx2.reset();
+    PlaceReducedShardsAndInverse(data, a.elements, plan, regions2, counted, rank,
+                                 a.hadamard_seed, a.hadamard);
   } else {
-    PlaceReducedShards(data, plan, *rx2, regions2);
-    rx2.reset();
-    a.channel->Detach(op2);
+    PlaceReducedShards(data, plan, regions2, counted, rank);
+  }
+  rx2.reset();
+  if (!carry.empty()) {
+    if (a.inverse_hadamard) hadamard::Inverse(carry.data(), a.elements, a.hadamard_seed, a.hadamard);
+    a.carry_out->resize(a.elements * sizeof(T));
+    std::memcpy(a.carry_out->data(), carry.data(), a.elements * sizeof(T));
+  }
+  if (a.decision_out != nullptr) *a.decision_out = decision;
+  if (leader) {
+    for (int peer = 0; peer < n; peer++) {
+      if (peer == rank) continue;
+      WaitDecisionSent(*decision_buf, a, complete_by);
+    }
   }
   // Returns only once this rank's phase-2 data has left it (normally at once: it went
   // out while the peers' came in), as a Gloo collective returns once its sends are with
@@ -407,18 +517,40 @@ void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks
 }
 
 void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
+  Decision local;
+  BoundedTransposeArgs args = a;
+  if (args.decision_out == nullptr) args.decision_out = &local;
   if (a.type == DataType::kFloat64) {
-    Run<double>(a, stats);
+    Run<double>(args, stats);
   } else {
-    Run<float>(a, stats);
+    Run<float>(args, stats);
   }
+  // What was deferred follows from the decision alone: the same on every rank.
+  const Decision& d = *args.decision_out;
+  const int n = static_cast<int>(d.counted.size());
+  const TransposePlan plan(a.elements, n);
+  int counted_ranks = 0;
+  for (int r = 0; r < n; r++) {
+    if (d.counted[r]) {
+      counted_ranks++;
+    } else {
+      stats->deferred_ranks.push_back(r);
+    }
+  }
+  uint64_t applied = 0;  // (element, contribution) pairs summed into the result
+  for (int o = 0; o < n; o++) {
+    if (d.counted[o]) applied += static_cast<uint64_t>(plan.ShardCount(o)) * counted_ranks;
+  }
+  const double total = static_cast<double>(a.elements) * n;
+  stats->deferred_pct = total == 0 ? 0.0 : 100.0 * (1.0 - applied / total);
+  stats->loss_pct = stats->deferred_pct;
+  stats->damaged = !stats->deferred_ranks.empty();
+  stats->leader = a.leader;
+  // The transport's incast control learns from what the network lost before repairs.
   const uint64_t expected = stats->phase[0].bytes_expected + stats->phase[1].bytes_expected;
   const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;
-  stats->loss_pct = expected == 0 ? 0.0 : 100.0 * (1.0 - static_cast<double>(received) / expected);
-  stats->damaged = stats->loss_pct > 100.0 * a.max_loss ||
-                   LossFraction(stats->phase[0]) > a.max_loss ||
-                   !stats->phase[1].estimated_peers.empty();
-  a.channel->OnOperationDone(stats->loss_pct / 100.0, stats->RanLate());
+  a.channel->OnOperationDone(expected == 0 ? 0.0 : 1.0 - static_cast<double>(received) / expected,
+                             stats->RanLate());
 }
 
 }  // namespace optireduce

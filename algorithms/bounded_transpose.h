@@ -1,20 +1,23 @@
 // TAR over a bounded channel: OptiReduce mode.
 //
-// Phase 1: every rank sends shard j to its owner j without retransmission; the owner waits
-// until all contributions arrived, an early timeout, or half of the bound, and reduces what
-// arrived. Missing contributions are compensated per element: the partial sum of k of N
-// contributions is scaled by N/k (debias), or left as is (zero fill). Phase 2: owners send
-// their reduced shard to everyone; a range that did not arrive keeps the rank's own
-// contribution scaled by N — never uninitialised memory, never data of an earlier call.
-// When the loss of a phase exceeds `max_loss`, the receiver asks the senders to repair the
-// missing ranges within the repair budget; what still misses is flagged as damage.
-// No barrier anywhere: a straggler only costs its own contribution.
+// Phase 1: every rank sends shard j to its owner j without retransmission. The leader of
+// the operation (bounded_agreement.h) waits for its contributions until the start grace
+// and decides which ranks count: those whose data reached it. Every owner then sums
+// exactly the counted contributions (repairing lost packets until they are complete) and,
+// if it is counted itself, sends its reduced shard to everyone (phase 2), again repaired
+// until complete. The shard of an owner that is not counted is zero on every rank, and
+// every rank keeps what of its own contribution was not applied for its next operation on
+// the same buffer (`carry_out`). The result is the same on every rank, bit for bit.
+// No barrier anywhere: a straggler costs its own contribution (deferred, not lost) and,
+// once in a row, nothing more.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <vector>
 
+#include "algorithms/bounded_agreement.h"
 #include "algorithms/bounded_channel.h"
 #include "algorithms/hadamard.h"
 #include "algorithms/op_stats.h"
@@ -61,6 +64,20 @@ struct BoundedTransposeArgs {
   bool inverse_hadamard = false;
   uint64_t hadamard_seed = 0;
   hadamard::Options hadamard;
+  // Agreement: the operation's leader (LeaderOf), the Gloo slot its decision travels on,
+  // and until when waits that must end complete (the decision, repairs of counted data)
+  // may take: the operation's timeout. `must_wait`: ranks the leader waits for however
+  // late they are (left out by the previous decision); empty: none.
+  int leader = 0;
+  uint64_t decision_slot = 0;
+  std::chrono::milliseconds timeout{0};  // 0: the context's timeout
+  std::vector<bool> must_wait;
+  // Out: the decision this operation followed.
+  Decision* decision_out = nullptr;
+  // Out: what of this rank's contribution was not applied, in the caller's domain
+  // (transformed back when `inverse_hadamard`), `elements` values; left empty when all of it
+  // was applied.
+  std::vector<char>* carry_out = nullptr;
 };
 
 // Runs both phases on `args.data` in place and fills the phase fields of `stats`. Throws

@@ -41,6 +41,9 @@ std::string OpStats::ToJson() const {
                       ",\"start_grace_ms\":", start_grace_ms, ",\"start_lag_ms\":", start_lag_ms,
                       ",\"start_lag_gave_up\":", start_lag_gave_up ? "true" : "false",
                       ",\"phase1\":", PhaseJson(phase[0]), ",\"phase2\":", PhaseJson(phase[1]),
+                      ",\"leader\":", leader, ",\"deferred_ranks\":[",
+                      absl::StrJoin(deferred_ranks, ","), "],\"deferred_pct\":", deferred_pct,
+                      ",\"carried_in\":", carried_in ? "true" : "false",
                       ",\"loss_pct\":", loss_pct, ",\"damaged\":", damaged ? "true" : "false",
                       ",\"duration_ms\":", duration_ms, "}");
 }
@@ -86,6 +89,8 @@ void StatsRegistry::Record(const OpStats& s) {
     }
     if (s.phase[0].repaired || s.phase[1].repaired) total_.repaired_ops++;
     if (s.start_lag_gave_up) total_.stragglers_given_up++;
+    if (s.carried_in) total_.carried_in_ops++;
+    total_.carry_dropped += s.carry_dropped;
   }
   if (s.damaged) total_.damaged_ops++;
   if (!path_.empty()) {

@@ -60,11 +60,24 @@ struct OpStats {
   double start_lag_ms = -1;
   bool start_lag_gave_up = false;
   double start_grace_ms = 0;
-  double loss_pct = 0;    // bytes missing after repair / bytes expected, both phases
-  // The result is not exact beyond the limit: this rank's loss after repair, or the loss of
-  // the phase-1 inputs of any shard (its owner marks it, every rank learns it in phase 2).
-  // Every rank that received the marked shard agrees: a training loop may skip the step.
+  // The operation's leader and the ranks its decision left out (bounded_agreement.h): their
+  // contributions, and the shards they own, are deferred to the next operation on the same
+  // buffer. The same on every rank.
+  int leader = -1;
+  std::vector<int> deferred_ranks;
+  // Share of the (element, contribution) pairs of the exact sum that this result does not
+  // hold yet (deferred, carried into the next operation on the buffer); the same on every
+  // rank. loss_pct is the same number (the name older consumers read).
+  double deferred_pct = 0;
+  double loss_pct = 0;
+  // The result is not the exact sum of this operation's inputs (a part is deferred); the
+  // same on every rank.
   bool damaged = false;
+  // This operation's input included a contribution carried from an earlier one.
+  bool carried_in = false;
+  // Carried contributions of other buffers dropped to keep the carry within its memory
+  // budget when this operation's own was stored (BoundedContextState::kCarryBudgetBytes).
+  uint64_t carry_dropped = 0;
   double duration_ms = 0;
   std::string ToJson() const;
   // Lateness the sending pace may cause (incast control's other input besides loss):
@@ -85,6 +98,7 @@ struct OpStats {
   X(complete_phases) X(early_timeout_phases) X(deadline_phases)                \
   X(peer_timeout_phases) X(repaired_ops) X(damaged_ops)                        \
   X(stragglers_given_up) /* ops that stopped waiting for a peer to start */    \
+  X(carried_in_ops) X(carry_dropped) /* carries dropped over the memory budget */ \
   X(bytes_expected) X(bytes_received)
 
 struct CumulativeStats {

@@ -44,6 +44,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "algorithms/bounded_agreement.h"
 
 namespace gloo {
 class Context;
@@ -100,6 +101,10 @@ class OperationLedger {
   // The key of the `sequence`-th operation with `tag`.
   static uint64_t Key(uint32_t tag, uint64_t sequence);
 
+  // OptiReduce mode's carried contributions and last decision on this context
+  // (bounded_agreement.h).
+  BoundedContextState& bounded_state() { return bounded_state_; }
+
  private:
   struct TagSlot {
     uint32_t tag = 0;
@@ -115,6 +120,7 @@ class OperationLedger {
   std::condition_variable settled_;
   std::vector<TagSlot> tags_;
   absl::flat_hash_map<size_t, SizeState> by_size_;
+  BoundedContextState bounded_state_;
 };
 
 }  // namespace optireduce

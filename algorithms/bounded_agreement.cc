@@ -1,0 +1,129 @@
+#include "algorithms/bounded_agreement.h"
+
+#include <cstring>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "algorithms/internal/splitmix64.h"
+
+namespace optireduce {
+namespace {
+
+constexpr uint64_t kMagic = 0x4f52444543ULL;  // "ORDEC"
+constexpr uint64_t kVersion = 1;
+
+uint64_t Header(int ranks) {
+  return (kMagic << 24) | (kVersion << 16) | static_cast<uint64_t>(ranks & 0xffff);
+}
+
+template <typename T>
+void AddValues(void* dst, const void* src, size_t n) {
+  T* d = static_cast<T*>(dst);
+  const T* s = static_cast<const T*>(src);
+  for (size_t i = 0; i < n; i++) d[i] += s[i];
+}
+
+void Add(DataType type, void* dst, const void* src, size_t n) {
+  if (type == DataType::kFloat64) {
+    AddValues<double>(dst, src, n);
+  } else {
+    AddValues<float>(dst, src, n);
+  }
+}
+
+}  // namespace
+
+int LeaderOf(uint64_t op_key, int ranks) {
+  return static_cast<int>(internal::SplitMix64(op_key ^ 0x6c656164ULL) %
+                          static_cast<uint64_t>(ranks));
+}
+
+std::vector<uint64_t> Decision::Encode() const {
+  const int ranks = static_cast<int>(counted.size());
+  std::vector<uint64_t> words(WireWords(ranks), 0);
+  words[0] = Header(ranks);
+  words[1] = op;
+  for (int r = 0; r < ranks; r++) {
+    if (counted[r]) words[2 + r / 64] |= uint64_t{1} << (r % 64);
+  }
+  return words;
+}
+
+absl::StatusOr<Decision> Decision::Decode(const std::vector<uint64_t>& words, int ranks,
+                                          uint64_t op) {
+  if (words.size() != WireWords(ranks) || words[0] != Header(ranks)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the leader's decision has header 0x", absl::Hex(words.empty() ? 0 : words[0]),
+                     ", expected 0x", absl::Hex(Header(ranks)), " (", ranks, " ranks)"));
+  }
+  if (words[1] != op) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the leader's decision is for operation ", words[1], ", expected ", op));
+  }
+  Decision d;
+  d.op = op;
+  d.counted.resize(ranks);
+  for (int r = 0; r < ranks; r++) d.counted[r] = (words[2 + r / 64] >> (r % 64)) & 1;
+  return d;
+}
+
+size_t BoundedContextState::AddCarry(const CarryKey& key, const void* values) {
+  const size_t bytes = key.elements * ElementSize(key.type);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = carry_.find(key);
+  if (it != carry_.end()) {
+    Add(key.type, it->second.values.data(), values, key.elements);
+    oldest_first_.splice(oldest_first_.end(), oldest_first_, it->second.age);
+    return 0;
+  }
+  size_t dropped = 0;
+  while (!oldest_first_.empty() && carry_bytes_ + bytes > kCarryBudgetBytes) {
+    auto old = carry_.find(oldest_first_.front());
+    carry_bytes_ -= old->second.values.size();
+    carry_.erase(old);
+    oldest_first_.pop_front();
+    dropped++;
+  }
+  Entry e;
+  e.values.resize(bytes);
+  std::memcpy(e.values.data(), values, bytes);
+  e.age = oldest_first_.insert(oldest_first_.end(), key);
+  carry_.emplace(key, std::move(e));
+  carry_bytes_ += bytes;
+  return dropped;
+}
+
+bool BoundedContextState::TakeCarry(const CarryKey& key, void* data) {
+  Entry e;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = carry_.find(key);
+    if (it == carry_.end()) return false;
+    e = std::move(it->second);
+    oldest_first_.erase(e.age);
+    carry_bytes_ -= e.values.size();
+    carry_.erase(it);
+  }
+  Add(key.type, data, e.values.data(), key.elements);
+  return true;
+}
+
+size_t BoundedContextState::carry_bytes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return carry_bytes_;
+}
+
+std::vector<bool> BoundedContextState::LastLeftOut(int ranks) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<bool> out(ranks, false);
+  for (size_t r = 0; r < last_left_out_.size() && r < out.size(); r++) out[r] = last_left_out_[r];
+  return out;
+}
+
+void BoundedContextState::NoteDecision(const Decision& d) {
+  std::lock_guard<std::mutex> lock(mu_);
+  last_left_out_.assign(d.counted.size(), false);
+  for (size_t r = 0; r < d.counted.size(); r++) last_left_out_[r] = !d.counted[r];
+}
+
+}  // namespace optireduce

@@ -1,0 +1,96 @@
+// What keeps OptiReduce mode's results bit-identical on every rank, and nothing lost.
+//
+// One rank per operation, the *leader* (LeaderOf: a function of the operation's key, so
+// every rank names the same one without a message), decides once which ranks' phase-1
+// contributions count: every rank whose data reached it by the start grace. It sends that
+// set (a Decision) to every peer on a slot of the operation; every rank waits for it.
+// Then:
+//  - every owner sums exactly the counted contributions, repaired until complete, and
+//    sends its reduced shard only if it is counted itself;
+//  - every rank receives the reduced shard of every counted owner, repaired until
+//    complete; the shard of an owner that is not counted is zero on every rank;
+//  - each rank keeps what of its own contribution was not applied — all of it when it is
+//    not counted, else its values in the shards of owners that are not counted — and adds
+//    it to its next contribution to the same buffer (Carry): late, never lost.
+// The result is then a function of the decision and of bytes every rank received whole,
+// so it is the same on every rank. What was deferred is reported identically everywhere
+// (OpStats::deferred_pct).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "algorithms/types.h"
+
+namespace optireduce {
+
+// The leader of the operation with this ledger key among `ranks` ranks.
+int LeaderOf(uint64_t op_key, int ranks);
+
+// The leader's decision for one operation: which ranks' contributions count.
+struct Decision {
+  uint64_t op = 0;               // the bounded operation id (phase 1)
+  std::vector<bool> counted;     // one per rank
+  // Wire form: a header word (magic, version, rank count), the op id, then the set as bits.
+  std::vector<uint64_t> Encode() const;
+  // Checks magic, version, rank count and op id against what this rank expects.
+  static absl::StatusOr<Decision> Decode(const std::vector<uint64_t>& words, int ranks,
+                                         uint64_t op);
+  static size_t WireWords(int ranks) { return 2 + (static_cast<size_t>(ranks) + 63) / 64; }
+};
+
+// Per-context state of OptiReduce mode that outlives one operation: the deferred
+// contributions (carry) and which ranks the last decision seen here left out.
+class BoundedContextState {
+ public:
+  // A carried contribution belongs to one buffer: the output pointer, its element count
+  // and type (PyTorch's DDP reuses each bucket's flat buffer for every step). Distinct
+  // buffers never mix.
+  struct CarryKey {
+    uintptr_t ptr = 0;
+    size_t elements = 0;
+    DataType type = DataType::kFloat32;
+    bool operator==(const CarryKey& o) const {
+      return ptr == o.ptr && elements == o.elements && type == o.type;
+    }
+    template <typename H>
+    friend H AbslHashValue(H h, const CarryKey& k) {
+      return H::combine(std::move(h), k.ptr, k.elements, static_cast<int>(k.type));
+    }
+  };
+
+  // Memory for carried contributions; above it the oldest carry is dropped and counted.
+  static constexpr size_t kCarryBudgetBytes = size_t{2} << 30;
+
+  // Adds `elements` values (float32 or float64 as `key.type`) to the carry of `key`.
+  // Returns how many carries were dropped to stay within the budget.
+  size_t AddCarry(const CarryKey& key, const void* values);
+  // Adds the carry of `key` into `data` and forgets it; false when there was none.
+  bool TakeCarry(const CarryKey& key, void* data);
+  size_t carry_bytes() const;
+
+  // Ranks the last decision seen on this context did not count (a leader waits for them
+  // in the next operation it decides, so no rank falls further behind than one operation).
+  std::vector<bool> LastLeftOut(int ranks) const;
+  void NoteDecision(const Decision& d);
+
+ private:
+  mutable std::mutex mu_;
+  struct Entry {
+    std::vector<char> values;
+    std::list<CarryKey>::iterator age;
+  };
+  absl::flat_hash_map<CarryKey, Entry> carry_;
+  std::list<CarryKey> oldest_first_;
+  size_t carry_bytes_ = 0;
+  std::vector<bool> last_left_out_;
+};
+
+}  // namespace optireduce
