@@ -3,6 +3,7 @@
 // the loss limit. Ranks are threads; calibration runs over Gloo TCP, bounded phases over
 // an in-memory channel with seeded packet drops.
 #include <atomic>
+#include <cstring>
 #include <chrono>
 #include <cmath>
 #include <random>
@@ -17,6 +18,8 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/allreduce.h"
+#include "algorithms/bounded_agreement.h"
+#include "algorithms/operation_ledger.h"
 #include "tests/common/in_memory_bounded_hub.h"
 #include "tests/common/ranks.h"
 
@@ -154,133 +157,114 @@ TEST(BoundedTranspose, NoFaultsEqualsExactSum) {
   });
 }
 
-// Expected error with debiasing. Phase 1 loses a fraction p of the peers' contributions
-// and replaces each by the mean of the others: error ~ kNoise per lost contribution.
-// Phase 2 loses p of every shard and fills N * own: error ~ N * kNoise there. The sum's
-// magnitude is ~N (common signal), so relative L2 ~ sqrt(p) * kNoise * sqrt(1 + N) / 1 —
-// we assert 2x that (sqrt(p) * kNoise * 2 * sqrt(N + 1)).
-TEST(BoundedTranspose, LossIsBoundedMeasuredAndSmall) {
-  for (double p : {0.001, 0.01, 0.05}) {
+// Under packet loss every counted contribution and every counted owner's shard is repaired
+// until whole: the result is the exact sum (to the transform's rounding), the same bytes
+// on every rank, nothing deferred.
+TEST(BoundedTranspose, LossIsRepairedToTheSameExactSumOnEveryRank) {
+  for (double p : {0.01, 0.05}) {
     InMemoryBoundedHub hub(kRanks, p, 42);
-    RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-      // A generous bound: phases end by early timeout (every peer's last packets in, then
-      // quiet), so the measured loss is the injected loss even on a loaded machine.
-      TimeoutOptions o;
-      o.calibration_ops = 2;
-      o.min_bound = std::chrono::seconds(2);
-      o.hard_cap = std::chrono::seconds(4);
-      o.max_quiet = std::chrono::milliseconds(200);
-      auto policy = std::make_shared<TimeoutPolicy>(o);
-      double loss_sum = 0;
-      int bounded = 0;
-      for (uint64_t step = 0; step < 6; step++) {
-        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/1.0);
-        if (c.stats.mode != OpMode::kBounded) continue;
-        bounded++;
-        loss_sum += c.stats.loss_pct;
-        if (getenv("DEBUG_STATS")) std::printf("p=%g %s\n", p, c.stats.ToJson().c_str());
-        // Returns within its bound (both phases) plus slack for the reduction itself.
-        EXPECT_LT(c.seconds, c.stats.bound_ms / 1000.0 + 0.5) << "p=" << p;
-        const double limit = std::sqrt(p) * kNoise * 2 * std::sqrt(kRanks + 1.0);
-        EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, limit) << "p=" << p;
-        for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
-      }
-      ASSERT_EQ(bounded, 4);
-      const double mean_loss = loss_sum / bounded / 100.0;
-      EXPECT_NEAR(mean_loss, p, 0.5 * p + 0.002) << "rank " << ctx->rank;
-    });
-  }
-}
-
-TEST(BoundedTranspose, HadamardShrinksMaxErrorFivefold) {
-  double max_abs[2] = {0, 0};
-  for (int hadamard = 0; hadamard < 2; hadamard++) {
-    InMemoryBoundedHub hub(kRanks, 0.01, 99);
-    std::vector<double> per_rank(kRanks, 0);
+    std::vector<std::vector<float>> result[kSteps];
+    for (auto& r : result) r.resize(kRanks);
     RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
       auto policy = TestPolicy();
-      for (uint64_t step = 0; step < 5; step++) {
-        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, hadamard == 1, 1.0);
-        if (c.stats.mode != OpMode::kBounded) continue;
-        per_rank[ctx->rank] = std::max(per_rank[ctx->rank], Compare(c.data, ExactSum(step)).max_abs);
+      for (uint64_t step = 0; step < kSteps; step++) {
+        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
+        if (c.stats.mode == OpMode::kBounded) {
+          EXPECT_TRUE(c.stats.deferred_ranks.empty()) << "p=" << p << " " << c.stats.ToJson();
+          EXPECT_EQ(c.stats.deferred_pct, 0.0) << c.stats.ToJson();
+          EXPECT_FALSE(c.stats.damaged) << c.stats.ToJson();
+        }
+        EXPECT_LT(Compare(c.data, ExactSum(step)).rel_l2, 1e-5) << "p=" << p << " step " << step;
+        result[step][ctx->rank] = std::move(c.data);
       }
+      Barrier(ctx);  // nobody leaves while a peer may still ask for repairs
     });
-    for (double v : per_rank) max_abs[hadamard] = std::max(max_abs[hadamard], v);
-  }
-  std::printf("1%% loss, max-abs error: without Hadamard %.4f, with %.4f (ratio %.1f)\n",
-              max_abs[0], max_abs[1], max_abs[0] / max_abs[1]);
-  EXPECT_GT(max_abs[0], 5 * max_abs[1]);
-}
-
-// Missing phase-1 contributions are debiased (scaled by N/k), chosen over zero-fill by
-// measured error. Same seeded 5% loss, same inputs: only the
-// phase-1 compensation differs (phase 2 fills from the own contribution either way). On
-// data-parallel gradients (a common signal, per-rank deviation kNoise) a lost contribution
-// is mostly the common signal: zero-fill loses ~1 per lost element, debiasing ~kNoise.
-// (On uncorrelated zero-mean data zero-fill would win: N=4, k=3 gives 4/3 the variance.)
-TEST(BoundedTranspose, DebiasBeatsZeroFillOnGradients) {
-  double err[2] = {0, 0};  // mean relative L2 of the bounded operations: debias, zero-fill
-  for (int zero_fill = 0; zero_fill < 2; zero_fill++) {
-    InMemoryBoundedHub hub(kRanks, 0.05, 123);
-    std::vector<double> sum(kRanks, 0);
-    std::vector<int> count(kRanks, 0);
-    RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-      auto policy = TestPolicy();
-      for (uint64_t step = 0; step < 5; step++) {
-        Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, /*max_loss=*/1.0,
-                           zero_fill ? Compensation::kZeroFill : Compensation::kDebias);
-        if (c.stats.mode != OpMode::kBounded) continue;
-        sum[ctx->rank] += Compare(c.data, ExactSum(step)).rel_l2;
-        count[ctx->rank]++;
+    EXPECT_GT(hub.dropped_packets(), 0u);
+    for (uint64_t step = 0; step < kSteps; step++) {
+      for (int r = 1; r < kRanks; r++) {
+        ASSERT_EQ(0, std::memcmp(result[step][r].data(), result[step][0].data(), kCount * 4))
+            << "p=" << p << " step " << step << ": ranks 0 and " << r << " differ";
       }
-    });
-    int n = 0;
-    for (int r = 0; r < kRanks; r++) {
-      err[zero_fill] += sum[r];
-      n += count[r];
     }
-    ASSERT_EQ(n, kRanks * 3);
-    err[zero_fill] /= n;
   }
-  std::printf("5%% loss, mean relative L2 error: debias %.4f, zero-fill %.4f (ratio %.1f)\n",
-              err[0], err[1], err[1] / err[0]);
-  EXPECT_LT(2 * err[0], err[1]);
 }
 
-TEST(BoundedTranspose, StragglerCostsOnlyItsContribution) {
-  InMemoryBoundedHub hub(kRanks, 0.0, 5);
+// The leader of the `sequence`-th operation with tag 0 (the tests' tag) among kRanks.
+int LeaderOfStep(uint64_t sequence) {
+  return LeaderOf(OperationLedger::Key(0, sequence), kRanks);
+}
+
+// A rank that has not started by the start grace is left out by the leader: the others
+// finish without it, every rank holds the same bytes, and what was left out (its whole
+// contribution, and every contribution to its shard) comes back in the next operation on
+// the same buffers: over the operations the outputs add up to the exact sums.
+TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes) {
+  InMemoryBoundedHub hub(kRanks, 0.01, 5);
+  constexpr uint64_t kCut = 3;  // the step the straggler is late for
+  // A straggler that is not the leader of that step (a late leader is waited for).
+  int straggler = 0;
+  while (straggler == LeaderOfStep(kCut)) straggler++;
+  std::vector<std::vector<float>> out(kRanks);  // per rank, the sum of its outputs
+  std::vector<std::vector<float>> last(kRanks);
+  std::vector<OpStats> cut_stats(kRanks);
   RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = TestPolicy();
-    for (uint64_t step = 0; step < 3; step++) {
-      Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
-    }
+    const int rank = ctx->rank;
+    std::vector<float> buffer(kCount);  // one buffer, as a DDP bucket
+    std::vector<double> sum(kCount, 0);
+    auto run = [&](uint64_t step, bool zero_input) {
+      if (zero_input) {
+        std::fill(buffer.begin(), buffer.end(), 0.0f);
+      } else {
+        buffer = Gradient(rank, step);
+      }
+      AllreduceOptions opts(ctx);
+      opts.setOutput(buffer.data(), buffer.size());
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setMode(AllreduceOptions::Mode::kBounded);
+      opts.setBoundedChannel(hub.channel(rank));
+      opts.setTimeoutPolicy(policy);
+      OpStats stats;
+      opts.setStatsOutput(&stats);
+      allreduce(opts);
+      for (size_t i = 0; i < kCount; i++) sum[i] += buffer[i];
+      return stats;
+    };
+    for (uint64_t step = 0; step < kCut; step++) run(step, false);
     Barrier(ctx);
     const double bound_s = policy->BoundFor(kCount * 4).bound.count() / 1e6;
-    const double budget_s = policy->BoundFor(kCount * 4).repair_budget.count() / 1e6;
-    const bool straggler = ctx->rank == kRanks - 1;
-    if (straggler) std::this_thread::sleep_for(std::chrono::duration<double>(5 * bound_s));
-    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
-    for (float v : c.data) ASSERT_TRUE(std::isfinite(v));
-    if (!straggler) {
-      // The straggler answers the repair requests "not started" (counted below).
-      EXPECT_LT(c.seconds, bound_s + budget_s + 0.5);
-      EXPECT_TRUE(c.stats.damaged);
-      EXPECT_GT(c.stats.loss_pct, 5.0);
-      EXPECT_LT(Compare(c.data, ExactSum(3)).rel_l2, 0.2);  // 3 of 4 contributions, debiased
-    }
-    // Once it stops straggling, operations are exact again; its late packets of step 3
-    // reached closed operations and were dropped, not applied to step 4.
+    if (rank == straggler) std::this_thread::sleep_for(std::chrono::duration<double>(5 * bound_s));
+    cut_stats[rank] = run(kCut, false);
     Barrier(ctx);
-    Call next = Allreduce(ctx, hub.channel(ctx->rank), policy, 4, true, 0.05);
-    EXPECT_EQ(next.stats.loss_pct, 0.0) << "rank " << ctx->rank;
-    EXPECT_LT(Compare(next.data, ExactSum(4)).rel_l2, 1e-5);
+    // The deferred part rides on the next operation of the buffer: here one whose inputs
+    // are zero, so its output is exactly what was carried.
+    const OpStats flush = run(kCut + 1, true);
+    EXPECT_TRUE(flush.carried_in || rank != straggler) << flush.ToJson();
+    EXPECT_TRUE(flush.deferred_ranks.empty()) << flush.ToJson();
+    last[rank] = buffer;
+    out[rank].assign(sum.begin(), sum.end());
+    Barrier(ctx);
   });
-  uint64_t stale = 0;
-  for (int r = 0; r < kRanks - 1; r++) {
-    stale += hub.counters(r).stale_packets;
-    EXPECT_GT(hub.counters(r).absent_answers, 0u) << "rank " << r << " never heard 'not started'";
+  for (int r = 0; r < kRanks; r++) {
+    const OpStats& s = cut_stats[r];
+    EXPECT_EQ(s.leader, LeaderOfStep(kCut));
+    ASSERT_EQ(s.deferred_ranks, std::vector<int>{straggler}) << "rank " << r << s.ToJson();
+    EXPECT_TRUE(s.damaged);
+    // 3 of 4 contributions to 3 of 4 shards (equal shards): 1 - 9/16 of the sum deferred.
+    EXPECT_NEAR(s.deferred_pct, 100.0 * 7 / 16, 1e-9) << s.ToJson();
+    EXPECT_EQ(s.deferred_pct, cut_stats[0].deferred_pct);
+    ASSERT_EQ(0, std::memcmp(last[r].data(), last[0].data(), kCount * 4)) << "rank " << r;
+    ASSERT_EQ(0, std::memcmp(out[r].data(), out[0].data(), kCount * 4)) << "rank " << r;
   }
-  EXPECT_GT(stale, 0u) << "the straggler's late phase-2 packets should be dropped as stale";
+  // Nothing lost: the outputs of all the operations add up to the sum of all the inputs.
+  std::vector<double> exact(kCount, 0);
+  for (uint64_t step = 0; step <= kCut; step++) {
+    for (size_t i = 0; i < kCount; i++) exact[i] += ExactSum(step)[i];
+  }
+  EXPECT_LT(Compare(out[0], exact).rel_l2, 1e-5);
+  // And the deferred part was real: the cut operation alone is far from its exact sum.
+  EXPECT_GT(hub.counters(LeaderOfStep(kCut)).absent_answers, 0u)
+      << "the leader never heard 'not started' from the straggler";
 }
 
 // A rank returns from a bounded allreduce only once its phase-2 data has left it: rank 1
@@ -347,80 +331,6 @@ TEST(BoundedTranspose, AboveLossLimitRepairsToExact) {
   EXPECT_GT(exact, 0) << "no repair completed";
 }
 
-TEST(BoundedTranspose, AnOwnersIncompleteShardMarksEveryRankDamaged) {
-  // Everything rank 1 sends rank 0 in phase 1 is lost, repairs too: rank 0's reduced shard
-  // lacks rank 1's contribution (compensated). Ranks 1-3 receive that shard complete, yet
-  // their result is not exact either: rank 0 marks the shard and they must say so.
-  InMemoryBoundedHub hub(kRanks, 0.0, 11);
-  std::atomic<bool> cut{true};
-  hub.SetDropIf([&](int src, int dst, uint64_t op, size_t, bool) {
-    return cut && src == 1 && dst == 0 && (op & 1) == 0;  // phase-1 ids are even
-  });
-  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-    TimeoutOptions o;
-    o.calibration_ops = 2;
-    o.min_bound = std::chrono::milliseconds(150);
-    o.hard_cap = std::chrono::seconds(2);
-    o.peer_timeout_factor = 0;
-    // Rank 0's repair (which gets nothing) ends early; the others wait long enough in
-    // phase 2 for the shard it sends once that repair ran out.
-    o.repair_budget_fraction = ctx->rank == 0 ? 0.2 : 1.0;
-    auto policy = std::make_shared<TimeoutPolicy>(o);
-    for (uint64_t step = 0; step < 2; step++) {
-      Allreduce(ctx, hub.channel(ctx->rank), policy, step, true, 0.05);
-    }
-    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, true, 0.05);
-    ASSERT_EQ(c.stats.mode, OpMode::kBounded);
-    const Errors e = Compare(c.data, ExactSum(2));
-    EXPECT_GT(e.rel_l2, 1e-5) << "rank " << ctx->rank;  // the damage is real everywhere
-    EXPECT_LT(e.rel_l2, 0.1) << "rank " << ctx->rank;   // and compensated
-    EXPECT_TRUE(c.stats.damaged) << c.stats.ToJson();
-    if (ctx->rank == 0) {
-      EXPECT_EQ(c.stats.phase[0].late_peers, std::vector<int>{1}) << c.stats.ToJson();
-      EXPECT_TRUE(c.stats.phase[1].estimated_peers.empty()) << c.stats.ToJson();
-    } else {
-      EXPECT_EQ(c.stats.phase[1].estimated_peers, std::vector<int>{0}) << c.stats.ToJson();
-      EXPECT_EQ(c.stats.phase[1].bytes_received, c.stats.phase[1].bytes_expected);
-    }
-    Barrier(ctx);
-    if (ctx->rank == 0) cut = false;
-    Barrier(ctx);
-    Call next = Allreduce(ctx, hub.channel(ctx->rank), policy, 3, true, 0.05);
-    EXPECT_FALSE(next.stats.damaged) << next.stats.ToJson();
-    EXPECT_TRUE(next.stats.phase[1].estimated_peers.empty()) << next.stats.ToJson();
-    EXPECT_LT(Compare(next.data, ExactSum(3)).rel_l2, 1e-5);
-    Barrier(ctx);
-  });
-}
-
-TEST(BoundedTranspose, DebiasScalesExactlyTheMissingElementsByNOverK) {
-  // Rank 1's first phase-1 packet to rank 0 (elements 0..255 of shard 0) is lost and not
-  // repaired (the loss is under the limit). Without Hadamard the result is checkable
-  // element by element: those 256 elements are the other three contributions times 4/3,
-  // every other element is the exact sum, on every rank.
-  InMemoryBoundedHub hub(kRanks, 0.0, 13, /*payload=*/1024);
-  hub.SetDropIf([&](int src, int dst, uint64_t op, size_t offset, bool repair) {
-    return src == 1 && dst == 0 && (op & 1) == 0 && offset == 0 && !repair;
-  });
-  constexpr size_t kLost = 1024 / sizeof(float);
-  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-    auto policy = TestPolicy();
-    for (uint64_t step = 0; step < 2; step++) {
-      Allreduce(ctx, hub.channel(ctx->rank), policy, step, false, 0.05);
-    }
-    Call c = Allreduce(ctx, hub.channel(ctx->rank), policy, 2, /*hadamard=*/false, 0.05);
-    ASSERT_EQ(c.stats.mode, OpMode::kBounded);
-    EXPECT_FALSE(c.stats.damaged) << c.stats.ToJson();
-    size_t wrong = 0;
-    for (size_t i = 0; i < kCount; i++) {
-      double want = ExactSum(2)[i];
-      if (i < kLost) want = (want - Gradient(1, 2)[i]) * 4.0 / 3.0;
-      if (std::fabs(c.data[i] - want) > 1e-5 * (1 + std::fabs(want))) wrong++;
-    }
-    EXPECT_EQ(wrong, 0u) << "rank " << ctx->rank;
-    Barrier(ctx);
-  });
-}
 
 // Minor page faults of the calling thread so far (Linux: per-thread rusage).
 long ThreadMinorFaults() {
