@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/allreduce.h"
+#include "algorithms/bounded_agreement.h"
 #include "algorithms/operation_ledger.h"
 #include "tests/common/in_memory_bounded_hub.h"
 #include "tests/common/ranks.h"
@@ -77,9 +79,12 @@ struct Call {
   OpStats stats;
 };
 
-// Exact unless the operation says it is damaged: a rank descheduled on a loaded host past
-// its peer's start grace is a straggler by design, and the damage is flagged.
-double Limit(const Call& c) { return c.stats.damaged ? 0.2 : 1e-4; }
+// Exact unless the operation deferred a part of the sum or carried one in: a rank
+// descheduled on a loaded host past the start grace is a straggler by design; what it
+// defers is flagged (the same on every rank) and comes back in a later operation.
+double Limit(const Call& c) {
+  return c.stats.damaged || c.stats.carried_in ? std::numeric_limits<double>::infinity() : 1e-4;
+}
 
 // `input_rank`: whose input this rank contributes (its rank in the world, in a sub-group).
 Call Reduce(const std::shared_ptr<gloo::Context>& ctx, const std::shared_ptr<TimeoutPolicy>& policy,
@@ -364,8 +369,11 @@ TEST(AgreedMode, TwoConcurrentBoundedAllreducesOnOneContextUnderLoss) {
           bound_of_op[ctx->rank][c.stats.op] = c.stats.bound_ms;
         }
         if (c.stats.joined_bounded) joined++;
-        // Debiased loss of ~1% on smooth data: far below 10% relative error.
-        ASSERT_LT(RelErr(c.data, {0, 1}, i % 8), 0.1) << c.stats.ToJson();
+        // Lost packets are repaired: exact unless a rank descheduled past the start grace
+        // was deferred (flagged; carried into the next operation on its buffer).
+        if (c.stats.deferred_ranks.empty() && !c.stats.carried_in) {
+          EXPECT_LT(RelErr(c.data, {0, 1}, i % 8), 1e-4) << c.stats.ToJson();
+        }
       }
     };
     std::thread t1(worker, 1, 1 << 13);
@@ -467,6 +475,11 @@ class ThrowingChannel : public BoundedChannel {
 // before the exception leaves, so no later repair reads memory the caller freed.
 TEST(AgreedMode, ASendThatThrowsReleasesTheOperationsSources) {
   testing::InMemoryBoundedHub hub(3, 0.0, 1);
+  // A tag whose first operation rank 0 does not lead: the others then get their decision
+  // and complete without rank 0's data (a leader that fails before deciding fails its
+  // peers' operation at their timeout, as a Gloo collective does).
+  uint32_t tag = 4;
+  while (LeaderOf(OperationLedger::Key(tag, 0), 3) == 0) tag++;
   testing::RunThreads(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
     TimeoutOptions o;
     o.calibration_ops = 0;
@@ -474,7 +487,7 @@ TEST(AgreedMode, ASendThatThrowsReleasesTheOperationsSources) {
     auto policy = std::make_shared<TimeoutPolicy>(o);
     if (ctx->rank == 0) {
       ThrowingChannel channel(hub.channel(0), /*bad_peer=*/1);
-      EXPECT_THROW(Reduce(ctx, policy, 0, 0, 1 << 12, 4, &channel), gloo::IoException);
+      EXPECT_THROW(Reduce(ctx, policy, 0, 0, 1 << 12, tag, &channel), gloo::IoException);
       ASSERT_FALSE(channel.sent_ops.empty()) << "rank 0 sent to rank 2 first";
       const uint64_t op1 = channel.sent_ops.front();
       EXPECT_NE(std::find(channel.released.begin(), channel.released.end(), op1),
@@ -482,7 +495,7 @@ TEST(AgreedMode, ASendThatThrowsReleasesTheOperationsSources) {
       EXPECT_NE(std::find(channel.released.begin(), channel.released.end(), op1 + 1),
                 channel.released.end());
     } else {
-      Reduce(ctx, policy, ctx->rank, 0, 1 << 12, 4, hub.channel(ctx->rank));  // absorbs it
+      Reduce(ctx, policy, ctx->rank, 0, 1 << 12, tag, hub.channel(ctx->rank));  // absorbs it
     }
     Barrier(ctx, 80);
   });

@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include "algorithms/allreduce.h"
+#include "algorithms/bounded_agreement.h"
+#include "algorithms/operation_ledger.h"
 #include "tests/common/ranks.h"
 #include "transport_dpdk/bounded/bounded_endpoint.h"
 #include "transport_dpdk/bounded/incast_control.h"
@@ -82,12 +84,15 @@ struct Result {
   double seconds = 0;
 };
 
+// Each rank (process or thread) reduces in one buffer, as a DDP bucket: a contribution an
+// operation defers comes back in the next one on that buffer (bounded_agreement.h).
 Result Reduce(const std::shared_ptr<gloo::Context>& ctx, const std::shared_ptr<TimeoutPolicy>& p,
            uint64_t step, double max_loss) {
+  thread_local std::vector<float> bucket;
   Result r;
-  Gradient(ctx->rank, step, &r.data);
+  Gradient(ctx->rank, step, &bucket);
   AllreduceOptions opts(ctx);
-  opts.setOutput(r.data.data(), r.data.size());
+  opts.setOutput(bucket.data(), bucket.size());
   opts.setReduceFunction(RawFunc(&gloo::sum<float>));
   opts.setMode(AllreduceOptions::Mode::kBounded);
   opts.setHadamard(AllreduceOptions::Hadamard::kAuto);
@@ -97,20 +102,30 @@ Result Reduce(const std::shared_ptr<gloo::Context>& ctx, const std::shared_ptr<T
   const auto start = Clock::now();
   allreduce(opts);
   r.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  r.data = bucket;
   return r;
 }
 
-// The largest loss any rank had in this operation: a rank's result carries the damage of
-// every shard owner's phase 1, not only its own receives.
-double MaxLossOfAllRanks(const std::shared_ptr<gloo::Context>& ctx, double own_pct) {
-  double v = own_pct;
-  gloo::AllreduceOptions opts(ctx);
-  opts.setOutput(&v, 1);
-  opts.setReduceFunction(
-      static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::max<double>));
-  opts.setTag(99);
-  gloo::allreduce(opts);
-  return v;
+// A checksum of the result's bytes; equal on every rank exactly when the bytes are.
+double Checksum(const std::vector<float>& data) {
+  uint64_t h = 1469598103934665603ULL;
+  const auto* bytes = reinterpret_cast<const unsigned char*>(data.data());
+  for (size_t i = 0; i < data.size() * sizeof(float); i++) h = (h ^ bytes[i]) * 1099511628211ULL;
+  return static_cast<double>(h >> 12);  // 52 bits: exact in a double
+}
+
+// True when every rank of `ctx` holds a result with this checksum (max and min agree).
+bool SameOnEveryRank(const std::shared_ptr<gloo::Context>& ctx, double sum) {
+  double hi = sum, lo = sum;
+  for (auto [v, fn] : {std::pair<double*, RawFunc>{&hi, RawFunc(&gloo::max<double>)},
+                       std::pair<double*, RawFunc>{&lo, RawFunc(&gloo::min<double>)}}) {
+    gloo::AllreduceOptions opts(ctx);
+    opts.setOutput(v, 1);
+    opts.setReduceFunction(fn);
+    opts.setTag(98);
+    gloo::allreduce(opts);
+  }
+  return hi == lo && hi == sum;
 }
 
 testing::DeviceFactory Udp(const std::string& faults) {
@@ -121,54 +136,50 @@ testing::DeviceFactory Udp(const std::string& faults) {
   };
 }
 
-// Runs `steps` operations per rank in real processes; returns RunProcesses' verdict.
-std::string RunUdp(int ranks, const std::string& faults, double max_loss, double want_loss,
-                   double max_rel_l2, std::chrono::milliseconds min_bound) {
+// Runs 7 operations per rank in real processes (3 calibrating, then bounded) under the
+// injected faults; returns RunProcesses' verdict. Every result is the same on every rank;
+// one with nothing deferred and nothing carried in is the exact sum; with `faults`, lost
+// packets were repaired (a rank receives ~16 000 packets over the bounded operations:
+// at 1% drop the chance that none is lost is below 1e-60).
+std::string RunUdp(int ranks, const std::string& faults, std::chrono::milliseconds min_bound) {
   testing::RankOptions options;
   options.device = Udp(faults);
   return testing::RunProcesses(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy(min_bound);
-    double loss = 0;
-    int bounded = 0;
+    int repaired = 0;
     for (uint64_t step = 0; step < 7; step++) {
       const auto want = ExactSum(ctx->size, step);
-      Result r = Reduce(ctx, policy, step, max_loss);
+      Result r = Reduce(ctx, policy, step, 0.05);
+      for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+      EXPECT_TRUE(SameOnEveryRank(ctx, Checksum(r.data))) << "step " << step << r.stats.ToJson();
       if (step < 3) {
         ASSERT_EQ(r.stats.mode, OpMode::kCalibration);
         ASSERT_LT(RelL2(r.data, want), 1e-5);
         continue;
       }
       ASSERT_EQ(r.stats.mode, OpMode::kBounded) << r.stats.ToJson();
-      bounded++;
-      loss += r.stats.loss_pct / 100;
-      EXPECT_LT(r.seconds, 2 * r.stats.bound_ms / 1000 + 1.0) << r.stats.ToJson();
-      // The error follows the loss this operation really had (injected + any socket
-      // overflow on a loaded host) at any rank: 2·σ·√p·√(N+1), as in bounded_transpose_test.
-      const double p = std::max(MaxLossOfAllRanks(ctx, r.stats.loss_pct) / 100, want_loss);
-      const double limit = std::max(max_rel_l2, 2 * kNoise * std::sqrt(p) * std::sqrt(ctx->size + 1.0));
-      EXPECT_LT(RelL2(r.data, want), limit) << r.stats.ToJson() << " device: " << DeviceStats(ctx);
-      for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+      repaired += r.stats.phase[0].repaired || r.stats.phase[1].repaired;
+      // A rank of a loaded host descheduled past the start grace is deferred: flagged,
+      // and carried into the next operation.
+      if (r.stats.deferred_ranks.empty() && !r.stats.carried_in) {
+        EXPECT_LT(RelL2(r.data, want), 1e-5) << r.stats.ToJson() << " device: " << DeviceStats(ctx);
+      }
     }
-    // The injected loss shows up in the statistics; a loaded host may add socket drops
-    // on top, and a rank it deschedules past the grace for starting an operation is given
-    // up as a straggler (a few ops of a run on a busy CI host: up to ~0.1-0.5% on average;
-    // the in-memory test checks the exact match).
-    const double mean = loss / bounded;
-    EXPECT_GE(mean, want_loss * 0.4) << "rank " << ctx->rank;
-    EXPECT_LE(mean, want_loss * 2 + 0.5) << "rank " << ctx->rank;
+    if (!faults.empty()) {
+      EXPECT_GT(repaired, 0) << "rank " << ctx->rank;
+    }
+    gloo::BarrierOptions b(ctx);
+    b.setTag(6);
+    gloo::barrier(b);
   }, options);
 }
 
-TEST(OptiReduceModeUdp, NoFaultsIsExactInBoundedTime) {
-  EXPECT_EQ(RunUdp(4, "", 0.05, 0.0, 1e-3, std::chrono::milliseconds(300)), "");
+TEST(OptiReduceModeUdp, NoFaultsIsExactAndTheSameOnEveryRank) {
+  EXPECT_EQ(RunUdp(4, "", std::chrono::milliseconds(300)), "");
 }
 
-TEST(OptiReduceModeUdp, OnePercentDropIsMeasuredAndSmall) {
-  // Transport-level drops hit bounded packets with probability 1%; with debiasing and
-  // the Hadamard transform the error stays near sqrt(p) * noise (see bounded_transpose_test).
-  // A generous bound so that phases end by early timeout (all last packets in, then
-  // quiet): the measured loss is then the injected one, even on a loaded machine.
-  EXPECT_EQ(RunUdp(4, "drop=0.01,seed=11", 1.0, 0.01, 0.05, std::chrono::seconds(2)), "");
+TEST(OptiReduceModeUdp, OnePercentDropIsRepairedToTheSameExactSumOnEveryRank) {
+  EXPECT_EQ(RunUdp(4, "drop=0.01,seed=11", std::chrono::milliseconds(300)), "");
 }
 
 TEST(OptiReduceModeUdp, LateRankIsCutByThePeerTimeoutThenRepairedToExact) {
@@ -267,12 +278,20 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
   }, options);
 }
 
-TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersNorCorruptNextOperation) {
+// The leader of the `sequence`-th operation with tag 0 (Reduce's) among `ranks`.
+int LeaderOfStep(uint64_t sequence, int ranks) {
+  return LeaderOf(OperationLedger::Key(0, sequence), ranks);
+}
+
+TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersAndComesBackInTheNextOperation) {
   testing::RankOptions options;
   options.device = [](int) { return transport::loop::CreateDevice(); };
   const int ranks = 4;
   std::vector<std::vector<double>> want;
   for (uint64_t step = 0; step < 6; step++) want.push_back(ExactSum(ranks, step));
+  // Late for operation 4, and not its leader (a late leader is waited for).
+  const int late = LeaderOfStep(4, ranks) == 1 ? 2 : 1;
+  std::vector<std::vector<float>> cut(ranks), next(ranks);
   testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy(std::chrono::milliseconds(200));
     for (uint64_t step = 0; step < 4; step++) Reduce(ctx, policy, step, 0.05);
@@ -280,25 +299,43 @@ TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersNorCorruptNextOperation) {
     b.setTag(5);
     gloo::barrier(b);
     const auto bound = policy->BoundFor(kCount * 4);
-    const bool straggler = ctx->rank == 1;
+    const bool straggler = ctx->rank == late;
     if (straggler) std::this_thread::sleep_for(5 * bound.bound);
     Result r = Reduce(ctx, policy, 4, 0.05);
     for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(r.stats.deferred_ranks, std::vector<int>{late}) << r.stats.ToJson();
+    EXPECT_TRUE(r.stats.damaged) << r.stats.ToJson();
     if (!straggler) {
       const double limit = (bound.bound + bound.repair_budget).count() / 1e6 + 2.0;
       EXPECT_LT(r.seconds, limit);
-      EXPECT_TRUE(r.stats.damaged) << r.stats.ToJson();
-      EXPECT_LT(RelL2(r.data, want[4]), 0.3);
-      // The straggler's engine answered the repair requests "not started" (kFlagAbsent).
+    }
+    if (ctx->rank == LeaderOfStep(4, ranks)) {
+      // The straggler's engine answered the leader's requests "not started" (kFlagAbsent).
       auto* device = dynamic_cast<transport::Device*>(ctx->getDevice().get());
       ASSERT_NE(device, nullptr);
       EXPECT_GT(device->stats().repair_absent_received, 0u) << DeviceStats(ctx);
     }
+    cut[ctx->rank] = r.data;
     gloo::barrier(b);
-    Result next = Reduce(ctx, policy, 5, 0.05);
-    EXPECT_LT(RelL2(next.data, want[5]), 1e-5) << next.stats.ToJson();
+    Result n = Reduce(ctx, policy, 5, 0.05);
+    EXPECT_TRUE(n.stats.carried_in) << n.stats.ToJson();
+    EXPECT_TRUE(n.stats.deferred_ranks.empty()) << n.stats.ToJson();
+    next[ctx->rank] = n.data;
     gloo::barrier(b);  // nobody tears down while a peer may still ask for repairs
   }, options);
+  for (int r = 0; r < ranks; r++) {
+    ASSERT_EQ(cut[r], cut[0]) << "rank " << r;
+    ASSERT_EQ(next[r], next[0]) << "rank " << r;
+  }
+  // Deferred, not lost: the two results add up to the two exact sums.
+  std::vector<float> both(kCount);
+  std::vector<double> want_both(kCount);
+  for (size_t i = 0; i < kCount; i++) {
+    both[i] = cut[0][i] + next[0][i];
+    want_both[i] = want[4][i] + want[5][i];
+  }
+  EXPECT_LT(RelL2(both, want_both), 1e-5);
+  EXPECT_GT(RelL2(cut[0], want[4]), 0.1) << "nothing was deferred";
 }
 
 TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
@@ -308,8 +345,9 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   testing::RankOptions options;
   options.device = [](int) { return transport::loop::CreateDevice(); };
   const int ranks = 4;
-  const auto want = ExactSum(ranks, 20);
-  const auto want_next = ExactSum(ranks, 21);
+  // The straggler of operation 9 (3 calibrating and 6 bounded before it), not its leader.
+  const int late = LeaderOfStep(9, ranks) == 2 ? 3 : 2;
+  std::vector<std::vector<float>> cut(ranks), next_of(ranks);
   testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     TimeoutOptions o;
     o.peer_timeout_factor = 0;
@@ -342,35 +380,34 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
     ASSERT_LT(bound.start_grace, latest / 2) << "peers that start together, yet a grace of "
                                              << bound.start_grace.count() << " us" << last.ToJson();
     gloo::barrier(b);
-    const bool straggler = ctx->rank == 2;
-    if (straggler) std::this_thread::sleep_for(2 * (bound.bound + bound.repair_budget));
+    const bool straggler = ctx->rank == late;
+    // Past the leader's decision (at most half the bound, then the grace), not much more.
+    if (straggler) std::this_thread::sleep_for(bound.bound + bound.start_grace);
     Result r = Reduce(ctx, policy, 20, 0.05);
     for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
+    EXPECT_EQ(r.stats.deferred_ranks, std::vector<int>{late}) << r.stats.ToJson();
     if (!straggler) {
-      EXPECT_TRUE(r.stats.start_lag_gave_up) << r.stats.ToJson();
+      EXPECT_TRUE(r.stats.start_lag_gave_up || ctx->rank != LeaderOfStep(9, ranks))
+          << r.stats.ToJson();
       EXPECT_DOUBLE_EQ(r.stats.start_grace_ms, bound.start_grace.count() / 1000.0);
       EXPECT_TRUE(r.stats.damaged) << r.stats.ToJson();
-      EXPECT_LT(RelL2(r.data, want), 0.3);
       // Phase 1's deadline, the grace, phase 2 (its deadline): half of the slack that
       // waiting out the repair budget would have taken.
       const auto given_up_by = bound.bound + bound.start_grace + bound.repair_budget / 2;
       EXPECT_LT(r.seconds, std::chrono::duration<double>(given_up_by).count())
           << r.stats.ToJson();
     }
+    cut[ctx->rank] = r.data;
     gloo::barrier(b);
     Result next = Reduce(ctx, policy, 21, 0.05);
     for (float v : next.data) ASSERT_TRUE(std::isfinite(v));
-    // The straggler's late packets do not corrupt it: exact wherever it reports no damage.
-    // (Under a sanitizer the ranks start this one 40-140 ms apart even after the barrier,
-    // past the grace learned from the quick operations: a rank given up then is damage,
-    // flagged — which the learned grace trades for the tail.)
-    if (!next.stats.damaged) {
-      EXPECT_LT(RelL2(next.data, want_next), 1e-5) << next.stats.ToJson();
-    } else {
-      EXPECT_LT(RelL2(next.data, want_next), 0.3) << next.stats.ToJson();
-    }
+    next_of[ctx->rank] = next.data;
     gloo::barrier(b);
   }, options);
+  for (int r = 0; r < ranks; r++) {
+    ASSERT_EQ(cut[r], cut[0]) << "rank " << r;
+    ASSERT_EQ(next_of[r], next_of[0]) << "rank " << r;
+  }
 }
 
 }  // namespace

@@ -57,17 +57,6 @@ double RelL2ToExactSum(const std::vector<float>& got, int ranks, uint64_t step) 
   return std::sqrt(num / den);
 }
 
-// The largest loss of any rank in this operation: a rank's result carries the damage of
-// every shard owner's phase 1.
-double MaxOverRanks(const std::shared_ptr<gloo::Context>& ctx, double v) {
-  gloo::AllreduceOptions opts(ctx);
-  opts.setOutput(&v, 1);
-  opts.setReduceFunction(static_cast<RawFunc>(&gloo::max<double>));
-  opts.setTag(99);
-  gloo::allreduce(opts);
-  return v;
-}
-
 // Runs kSteps OptiReduce-mode operations per rank over DPDK memif links with `faults`
 // injected in the engine; `want_loss` is the injected datagram loss.
 std::string RunFourRanks(const std::string& faults, double want_loss) {
@@ -92,7 +81,7 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
     t.max_quiet = std::chrono::milliseconds(200);
     t.peer_timeout_factor = 0;
     auto policy = std::make_shared<TimeoutPolicy>(t);
-    double loss = 0;
+    int repaired = 0;
     for (uint64_t step = 0; step < kSteps; step++) {
       std::vector<float> data = Gradient(ctx->rank, step);
       AllreduceOptions opts(ctx);
@@ -101,7 +90,6 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
       opts.setMode(AllreduceOptions::Mode::kBounded);
       opts.setHadamard(AllreduceOptions::Hadamard::kAuto);
       opts.setTimeoutPolicy(policy);
-      opts.setMaxLoss(1.0);  // never repair: the loss stays in the result, measured
       OpStats stats;
       opts.setStatsOutput(&stats);
       const auto start = Clock::now();
@@ -115,30 +103,25 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
       }
       ASSERT_EQ(stats.mode, OpMode::kBounded) << stats.ToJson();
       for (float v : data) ASSERT_TRUE(std::isfinite(v));
-      EXPECT_LT(seconds, stats.bound_ms / 1000 + 1.0) << stats.ToJson();
-      const double p = MaxOverRanks(ctx, stats.loss_pct) / 100;
-      if (p == 0) {
-        EXPECT_LT(err, 1e-5) << "nothing lost, so exact up to rounding: " << stats.ToJson();
-      } else {
-        // As in bounded_transpose_test: 2·σ·√p·√(N+1).
-        EXPECT_LT(err, 2 * kNoise * std::sqrt(std::max(p, want_loss)) * std::sqrt(kRanks + 1.0))
-            << stats.ToJson();
+      // Lost packets are repaired until whole: exact up to rounding, unless a rank of a
+      // loaded host started past the grace (deferred, flagged, carried).
+      if (stats.deferred_ranks.empty() && !stats.carried_in) {
+        EXPECT_LT(err, 1e-5) << stats.ToJson();
       }
-      loss += stats.loss_pct / 100;
+      repaired += stats.phase[0].repaired || stats.phase[1].repaired;
+      (void)seconds;
     }
-    const double mean = loss / (kSteps - kCalibration);
-    if (want_loss == 0) {
-      EXPECT_EQ(mean, 0) << "rank " << ctx->rank << " lost data without faults";
-    } else {
-      EXPECT_GE(mean, want_loss * 0.4) << "rank " << ctx->rank;
-      EXPECT_LE(mean, want_loss * 2 + 0.005) << "rank " << ctx->rank;
+    // A rank receives thousands of packets per bounded operation: at 1% drop the chance
+    // that none of them is lost is far below 1e-6.
+    if (want_loss > 0) {
+      EXPECT_GT(repaired, 0) << "rank " << ctx->rank;
     }
   }, options);
 }
 
 TEST(DpdkOptiReduceMode, NoFaultsIsExact) { EXPECT_EQ(RunFourRanks("", 0.0), ""); }
 
-TEST(DpdkOptiReduceMode, OnePercentDropIsMeasuredAndSmall) {
+TEST(DpdkOptiReduceMode, OnePercentDropIsRepairedToExact) {
   EXPECT_EQ(RunFourRanks("drop=0.01,seed=17", 0.01), "");
 }
 
