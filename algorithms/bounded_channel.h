@@ -93,6 +93,13 @@ class BoundedReceive {
     (void)index;
     return absl::OkStatus();
   }
+  // True when the sender of region `index` answered a repair that its sources are released
+  // (its operation ended — by an exception, or long ago): what is still missing never
+  // comes.
+  virtual bool Released(size_t index) const {
+    (void)index;
+    return false;
+  }
   // When the first payload of region `index` arrived (payloads staged before the post
   // count as arriving at the post); nullopt while nothing has. How late peers start is
   // learned from it (TimeoutPolicy::RecordStartLag).

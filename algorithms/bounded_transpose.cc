@@ -243,6 +243,17 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
     }
     if (missing < 0) return;
     ThrowIfGone(rx, regions, counted, a, what);
+    for (size_t i = 0; i < regions.size(); i++) {
+      if (!counted[regions[i].peer] || !rx.Released(i)) continue;
+      uint64_t got = 0;
+      for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+      if (got < regions[i].nbytes) {
+        throw gloo::IoException(absl::StrCat(
+            "optireduce::allreduce (tag ", a.tag, ") failed ", what, " rank ", regions[i].peer,
+            ": its data is counted on every rank, but it released it before it arrived whole "
+            "(its operation ended early)"));
+      }
+    }
     const auto now = Clock::now();
     if (now >= until) {
       throw gloo::IoException(absl::StrCat(

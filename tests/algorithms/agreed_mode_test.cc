@@ -475,9 +475,9 @@ class ThrowingChannel : public BoundedChannel {
 // before the exception leaves, so no later repair reads memory the caller freed.
 TEST(AgreedMode, ASendThatThrowsReleasesTheOperationsSources) {
   testing::InMemoryBoundedHub hub(3, 0.0, 1);
-  // A tag whose first operation rank 0 does not lead: the others then get their decision
-  // and complete without rank 0's data (a leader that fails before deciding fails its
-  // peers' operation at their timeout, as a Gloo collective does).
+  // A tag whose first operation rank 0 does not lead: the others get their decision (a
+  // leader that fails before deciding fails its peers' operation at their timeout, as a
+  // Gloo collective does).
   uint32_t tag = 4;
   while (LeaderOf(OperationLedger::Key(tag, 0), 3) == 0) tag++;
   testing::RunThreads(3, [&](const std::shared_ptr<gloo::Context>& ctx) {
@@ -495,10 +495,19 @@ TEST(AgreedMode, ASendThatThrowsReleasesTheOperationsSources) {
       EXPECT_NE(std::find(channel.released.begin(), channel.released.end(), op1 + 1),
                 channel.released.end());
     } else {
-      Reduce(ctx, policy, ctx->rank, 0, 1 << 12, tag, hub.channel(ctx->rank));  // absorbs it
+      // Rank 0's data reached the leader or not: then it is counted, and its peers raise
+      // at once (its sources, or a peer's that raised first, are released), or it is left
+      // out (deferred).
+      try {
+        Call c = Reduce(ctx, policy, ctx->rank, 0, 1 << 12, tag, hub.channel(ctx->rank));
+        EXPECT_EQ(c.stats.deferred_ranks, std::vector<int>{0}) << c.stats.ToJson();
+      } catch (const gloo::IoException& e) {
+        EXPECT_NE(std::string(e.what()).find("its data is counted"), std::string::npos)
+            << e.what();
+      }
     }
     Barrier(ctx, 80);
-  });
+  }, Loop());  // the decision travels on the loop device; the data on the hub
 }
 
 }  // namespace

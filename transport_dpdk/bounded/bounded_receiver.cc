@@ -180,6 +180,11 @@ class BoundedReceiver::Receive : public BoundedReceive {
     return posted_->regions[index].failure;
   }
 
+  bool Released(size_t index) const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    return index < posted_->regions.size() && posted_->regions[index].released;
+  }
+
   bool Estimated(size_t index) const override {
     std::lock_guard<std::mutex> lock(owner_->mu_);
     return index < posted_->regions.size() && posted_->regions[index].estimated;
