@@ -251,6 +251,12 @@ bool Engine::Impl::ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
       if (m->target) std::memcpy(m->target + h.offset, payload, h.payload_length);
     } else {
       std::memcpy(m->stash.data() + h.offset, payload, h.payload_length);
+      const uint64_t end = h.offset + h.payload_length;
+      if (!m->stashed.empty() && m->stashed.back().second == h.offset) {
+        m->stashed.back().second = end;
+      } else {
+        m->stashed.emplace_back(h.offset, end);
+      }
     }
   }
   m->received += h.payload_length;
@@ -398,12 +404,16 @@ void Engine::Impl::BindBuffer(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
 
 void Engine::Impl::AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
   if (m->eager) {
-    if (m->target && m->total) {
-      // Bytes that have not arrived yet are garbage here and get
-      // overwritten when they do.
-      std::memcpy(m->target, m->stash.data(), m->total);
+    if (m->target) {
+      // Only the bytes that arrived: the rest of the stash is recycled memory (another
+      // message's data), and a receive that fails before they come must not leave it
+      // in the caller's buffer. Later packets are written in place.
+      for (const auto& [begin, end] : m->stashed) {
+        std::memcpy(m->target + begin, m->stash.data() + begin, end - begin);
+      }
     }
     m->stash.Release();
+    m->stashed = {};
   } else {
     WireHeader cts;
     cts.type = static_cast<uint8_t>(PacketType::kCts);

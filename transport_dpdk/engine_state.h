@@ -107,6 +107,9 @@ struct InMsg {
   MsgKind kind = MsgKind::kUnbound;
   bool eager = false;
   PayloadPool::Bytes stash;  // eager bytes that arrived before the match
+  // Which bytes of `stash` arrived ([begin, end), in arrival order, adjacent ones joined):
+  // the rest is recycled pool memory, never copied to the receiver.
+  std::vector<std::pair<uint64_t, uint64_t>> stashed;
   uint64_t received = 0;
   bool matched = false, discard = false, completed = false, done = false;
   uint8_t* target = nullptr;  // where payload byte 0 goes once matched
