@@ -369,6 +369,9 @@ bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
     if (leave) {
       if (!WaitRecvUnless(*channel, *recv_buf, "exchanging operation sizes with", g.tag,
                           deadline, leave)) {
+        // The bounded peers never take this rank's fingerprint: withdrawn, so that it
+        // holds no credit and keeps no peer pending.
+        channel->WithdrawSends(*send_buf);
         return false;
       }
     } else {

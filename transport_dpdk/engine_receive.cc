@@ -199,6 +199,8 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
       return true;
     case PacketType::kNop:
       return true;
+    case PacketType::kWithdraw:
+      return ApplyWithdraw(c, p, h);
     case PacketType::kAck:
     case PacketType::kRepair:  // bounded only, handled before sequencing
     case PacketType::kPing:    // liveness, handled before sequencing
@@ -321,6 +323,46 @@ bool Engine::Impl::ApplyCts(Ctx& c, Peer& p, const WireHeader& h) {
   return true;
 }
 
+bool Engine::Impl::ApplyWithdraw(Ctx& c, Peer& p, const WireHeader& h) {
+  auto it = p.in_msgs.find(h.message_id);
+  // Gone: a receive took it (its credit went back with its completion).
+  if (it == p.in_msgs.end()) return true;
+  std::shared_ptr<InMsg> m = it->second;
+  if (m->kind != MsgKind::kUnbound || m->slot != h.slot) {
+    Bump(stats.unknown_message);
+    return false;
+  }
+  if (m->matched) return true;  // taken: it completes as usual
+  Bump(stats.withdrawn_messages);
+  if (m->id >= p.next_announce) {
+    m->withdrawn = true;  // not announced yet: dropped when its turn comes (Announce)
+    return true;
+  }
+  auto a = c.arrivals.find(m->slot);
+  if (a != c.arrivals.end()) {
+    auto& q = a->second;
+    q.erase(std::remove_if(q.begin(), q.end(),
+                           [&](const Arrival& x) { return x.peer == p.rank && x.msg == m; }),
+            q.end());
+    if (q.empty()) c.arrivals.erase(a);
+  }
+  DropWithdrawn(c, p, m);
+  return true;
+}
+
+void Engine::Impl::DropWithdrawn(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (!m->eager) {
+    p.in_msgs.erase(m->id);
+    return;
+  }
+  m->matched = true;
+  m->discard = true;
+  m->target = nullptr;
+  m->stash.Release();
+  m->stashed = {};
+  MaybeComplete(c, p, m);
+}
+
 // ===================== matching =====================
 
 void Engine::Impl::TryAnnounce(Ctx& c, Peer& p) {
@@ -336,6 +378,10 @@ void Engine::Impl::TryAnnounce(Ctx& c, Peer& p) {
 }
 
 void Engine::Impl::Announce(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (m->withdrawn) {
+    DropWithdrawn(c, p, m);
+    return;
+  }
   if (m->kind == MsgKind::kBuffer) {
     auto reg = c.regs.find({p.rank, m->slot});
     if (reg != c.regs.end()) {
