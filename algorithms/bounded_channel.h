@@ -168,6 +168,12 @@ class BoundedChannel {
     return buf.waitRecv(rank, slice);
   }
 
+  // Withdraws the sends of `buf` (a buffer of this channel's context) that no peer will
+  // receive: the peers drop them and nothing of them stays pending on either side (the
+  // fingerprint of a calibrating rank that joined bounded peers). Default: nothing (the
+  // sends stay until the context ends).
+  virtual void WithdrawSends(gloo::transport::UnboundBuffer& buf) { (void)buf; }
+
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;
 

@@ -21,9 +21,30 @@ void TimeoutPolicy::RecordCut(size_t bytes, std::chrono::microseconds bound_in_e
   Add(bytes, bound_in_effect.count(), /*cut=*/true);
 }
 
+TimeoutPolicy::History& TimeoutPolicy::Recorded(size_t bytes) {
+  auto it = by_size_.find(bytes);
+  if (it == by_size_.end()) {
+    if (by_size_.size() >= kMaxSizes) {
+      auto oldest = by_size_.begin();
+      for (auto i = by_size_.begin(); i != by_size_.end(); ++i) {
+        if (i->second.last_used < oldest->second.last_used) oldest = i;
+      }
+      by_size_.erase(oldest);
+    }
+    it = by_size_.emplace(bytes, History{}).first;
+  }
+  it->second.last_used = ++uses_;
+  return it->second;
+}
+
+size_t TimeoutPolicy::Sizes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return by_size_.size();
+}
+
 void TimeoutPolicy::Add(size_t bytes, int64_t us, bool cut) {
   std::lock_guard<std::mutex> lock(mu_);
-  History& h = by_size_[bytes];
+  History& h = Recorded(bytes);
   if (h.calibration_seen < options_.calibration_ops) h.calibration_seen++;
   h.samples.push_back({us, cut});
   while (h.samples.size() > options_.history) h.samples.pop_front();
@@ -31,7 +52,7 @@ void TimeoutPolicy::Add(size_t bytes, int64_t us, bool cut) {
 
 void TimeoutPolicy::RecordStartLag(size_t bytes, std::chrono::microseconds lag, bool gave_up) {
   std::lock_guard<std::mutex> lock(mu_);
-  History& h = by_size_[bytes];
+  History& h = Recorded(bytes);
   h.start_lags.push_back({std::max<int64_t>(0, lag.count()), gave_up});
   while (h.start_lags.size() > options_.history) h.start_lags.pop_front();
 }
@@ -61,6 +82,7 @@ void TimeoutPolicy::Configure(const TimeoutOptions& options) {
   std::lock_guard<std::mutex> lock(mu_);
   options_ = options;
   by_size_.clear();
+  uses_ = 0;
 }
 
 TimeBound TimeoutPolicy::BoundFor(size_t bytes) const {

@@ -23,6 +23,10 @@
 // the operation gave the peer up at that time). Until
 // `start_history_min` samples exist — and unless `learn_start_grace` — a late peer keeps
 // the whole repair budget.
+//
+// Histories are kept for at most kMaxSizes sizes (as many as an OperationLedger counts per
+// context): recording a size beyond them forgets the size used longest ago, so a job with
+// dynamic shapes keeps bounded memory while the sizes it reuses keep their history.
 #pragma once
 
 #include <chrono>
@@ -79,6 +83,8 @@ struct TimeBound {
 
 class TimeoutPolicy {
  public:
+  static constexpr size_t kMaxSizes = 256;
+
   explicit TimeoutPolicy(const TimeoutOptions& options = TimeoutOptions()) : options_(options) {}
 
   // True while operations of this size still calibrate (run reliably).
@@ -101,6 +107,8 @@ class TimeoutPolicy {
   TimeoutOptions options() const;
   // Replaces the options and forgets every history (start-up configuration).
   void Configure(const TimeoutOptions& options);
+  // Sizes with a history (at most kMaxSizes).
+  size_t Sizes() const;
 
  private:
   struct History {
@@ -111,14 +119,19 @@ class TimeoutPolicy {
     };
     std::deque<Sample> samples;
     std::deque<Sample> start_lags;  // `cut`: the peer was given up at that lag
+    uint64_t last_used = 0;  // `uses_` when it was last recorded
   };
   void Add(size_t bytes, int64_t us, bool cut);
+  // The history of `bytes`, made (forgetting the least recently recorded size when
+  // kMaxSizes are held) if it has none. Called with mu_ held.
+  History& Recorded(size_t bytes);
   TimeBound Bound(size_t bytes, std::optional<std::chrono::microseconds> agreed,
                   bool agreed_capped) const;
 
   TimeoutOptions options_;
   mutable std::mutex mu_;
   absl::flat_hash_map<size_t, History> by_size_;
+  uint64_t uses_ = 0;
 };
 
 }  // namespace optireduce

@@ -475,6 +475,59 @@ void Engine::Cancel(const OpSink* sink) {
   }
 }
 
+void Engine::Withdraw(const OpSink* sink) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (auto& kv : impl_->contexts) {
+    Ctx& c = *kv.second;
+    for (Peer& p : c.peers) {
+      bool queued = false;
+      for (auto it = p.out_msgs.begin(); it != p.out_msgs.end();) {
+        OutMsg& m = *it->second;
+        if (m.sink.get() != sink || m.kind != MsgKind::kUnbound || m.completed) {
+          ++it;
+        } else if (m.eager) {
+          // Its payload is a private copy (eager sends are copied at PostSend).
+          if (m.len > 0 && m.owned.empty()) {
+            m.owned = impl_->payloads->Copy(m.data, m.len);
+            m.data = m.owned.data();
+          }
+          m.sink.reset();
+          m.withdrawn = true;
+          if (m.packets_acked == m.packets_total && !m.delivered) {
+            impl_->QueueWithdraw(p, m);
+            queued = true;
+          }
+          ++it;
+        } else if (m.waiting_cts) {
+          // Announced, not granted: the receiver forgets the announcement.
+          impl_->QueueWithdraw(p, m);
+          queued = true;
+          m.sink.reset();
+          m.cancelled = true;
+          it = p.out_msgs.erase(it);
+        } else {
+          ++it;  // granted: the receiver takes it
+        }
+      }
+      if (queued && p.connected && !c.failed) impl_->Kick(c, p);
+    }
+  }
+}
+
+Engine::Backlog Engine::GetBacklog() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Backlog b;
+  for (const auto& kv : impl_->contexts) {
+    for (const Peer& p : kv.second->peers) {
+      if (!p.connected) continue;
+      b.sends += p.out_msgs.size();
+      b.credit_lent += static_cast<int64_t>(impl_->opts.eager_budget_per_peer) - p.eager_credit;
+      b.stashed += p.eager_stashed;
+    }
+  }
+  return b;
+}
+
 int Engine::ContextSize(uint32_t ctx) const {
   std::lock_guard<std::mutex> lock(impl_->mu);
   const Ctx* c = impl_->FindCtx(ctx);

@@ -110,6 +110,20 @@ class Engine {
   // Forgets every operation that refers to sink (its memory is going away):
   // nothing is written to that memory afterwards.
   void Cancel(const OpSink* sink);
+  // Withdraws the unbound sends of `sink` that no receive may ever take (a peer that
+  // will not post one): eager ones are dropped by their receiver, which returns their
+  // credit, rendezvous ones not granted yet are forgotten on both sides; neither is
+  // reported to the sink any more. Sends a receive has already taken finish as usual.
+  void Withdraw(const OpSink* sink);
+  // What the engine holds of unfinished exchanges with its peers, over all contexts:
+  // sends not finished, eager credit lent to peers and not returned, and the eager
+  // charge of peers' messages stashed here without a receive.
+  struct Backlog {
+    size_t sends = 0;
+    int64_t credit_lent = 0;
+    uint64_t stashed = 0;
+  };
+  Backlog GetBacklog() const;
 
   // Bounded service (OptiReduce mode): unreliable, paced sends without
   // acknowledgements; the receiver asks for missing ranges with RequestRepair.

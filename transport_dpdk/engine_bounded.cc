@@ -176,8 +176,10 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
       Bump(stats.repair_requests_received);
       // Data this rank cannot send (sources released, or the operation not started
       // here yet) is answered at once, so the requester stops waiting for it.
+      uint64_t source_bytes = UINT64_MAX;
       const SourceAccess can = !c.bounded.read_source ? SourceAccess::kGone :
-          c.bounded.read_source(h.message_id, p.rank, [](const char*, size_t, bool) {});
+          c.bounded.read_source(h.message_id, p.rank,
+                                [&](const char*, size_t n, bool) { source_bytes = n; });
       // Its other phase is running here: asked again later.
       if (can == SourceAccess::kPending) return;
       if (can == SourceAccess::kGone || can == SourceAccess::kNotStarted) {
@@ -206,32 +208,48 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
       // (A send interrupted half way keeps its position and resumes after them.)
       auto at = p.bounded_queue.begin();
       size_t repairs = 0;
+      BoundedJob* queued = nullptr;
       for (; at != p.bounded_queue.end() && at->is_repair(); ++at, ++repairs) {
         if (at->op != h.message_id) continue;
-        BoundedJob& q = *at;
-        for (size_t r = q.range; r < q.ranges.size(); ++r) {
-          const uint64_t b = r == q.range ? std::max(q.next, q.ranges[r].first) : q.ranges[r].first;
-          if (b < q.ranges[r].second) asked.emplace_back(b, q.ranges[r].second);
+        queued = &*at;
+        for (size_t r = queued->range; r < queued->ranges.size(); ++r) {
+          const uint64_t b = r == queued->range ? std::max(queued->next, queued->ranges[r].first)
+                                                : queued->ranges[r].first;
+          if (b < queued->ranges[r].second) asked.emplace_back(b, queued->ranges[r].second);
         }
-        std::sort(asked.begin(), asked.end());
-        q.ranges.clear();
-        for (const auto& [b, e] : asked) {
-          if (!q.ranges.empty() && b <= q.ranges.back().second) {
-            q.ranges.back().second = std::max(q.ranges.back().second, e);
-          } else if (q.ranges.size() < kMaxRepairRanges) {
-            q.ranges.emplace_back(b, e);
-          }
+        break;
+      }
+      // The union, within the source: a job never sends a byte twice, whatever the request
+      // holds (overlapping or repeated ranges, ranges past the source's end), so one request
+      // costs at most one pass over the source.
+      std::sort(asked.begin(), asked.end());
+      std::vector<RepairRange> ranges;
+      for (const auto& [b, e_asked] : asked) {
+        const uint64_t e = std::min(e_asked, source_bytes);
+        if (b >= e) continue;
+        if (!ranges.empty() && b <= ranges.back().second) {
+          ranges.back().second = std::max(ranges.back().second, e);
+        } else if (ranges.size() < kMaxRepairRanges) {
+          ranges.emplace_back(b, e);
         }
-        q.range = 0;
-        q.next = q.ranges.front().first;
+      }
+      if (queued != nullptr) {
         Bump(stats.repair_requests_merged);
+        if (ranges.empty()) {
+          p.bounded_queue.erase(at);
+          return;
+        }
+        queued->ranges = std::move(ranges);
+        queued->range = 0;
+        queued->next = queued->ranges.front().first;
         return;
       }
+      if (ranges.empty()) return;
       if (repairs >= kMaxQueuedRepairs) {
         Bump(stats.repair_requests_dropped);
         return;
       }
-      p.bounded_queue.insert(at, BoundedJob::Repair(h.message_id, std::move(asked)));
+      p.bounded_queue.insert(at, BoundedJob::Repair(h.message_id, std::move(ranges)));
       return;
     }
     default:

@@ -218,6 +218,12 @@ struct Engine::Impl {
                     const uint8_t* payload);
   bool ApplyRts(Ctx& c, Peer& p, const WireHeader& h);
   bool ApplyCts(Ctx& c, Peer& p, const WireHeader& h);
+  bool ApplyWithdraw(Ctx& c, Peer& p, const WireHeader& h);
+  // Queues the kWithdraw of m for its receiver.
+  void QueueWithdraw(Peer& p, const OutMsg& m);
+  // Drops a message its sender withdrew, unmatched and out of any arrival queue: an
+  // eager one completes as discarded (its credit goes back), a rendezvous one is forgotten.
+  void DropWithdrawn(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m);
 
   // ---- matching ----
   void TryAnnounce(Ctx& c, Peer& p);

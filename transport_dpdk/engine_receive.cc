@@ -199,6 +199,8 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
       return true;
     case PacketType::kNop:
       return true;
+    case PacketType::kWithdraw:
+      return ApplyWithdraw(c, p, h);
     case PacketType::kAck:
     case PacketType::kRepair:  // bounded only, handled before sequencing
     case PacketType::kPing:    // liveness, handled before sequencing
@@ -251,6 +253,12 @@ bool Engine::Impl::ApplyEager(Ctx& c, Peer& p, const WireHeader& h,
       if (m->target) std::memcpy(m->target + h.offset, payload, h.payload_length);
     } else {
       std::memcpy(m->stash.data() + h.offset, payload, h.payload_length);
+      const uint64_t end = h.offset + h.payload_length;
+      if (!m->stashed.empty() && m->stashed.back().second == h.offset) {
+        m->stashed.back().second = end;
+      } else {
+        m->stashed.emplace_back(h.offset, end);
+      }
     }
   }
   m->received += h.payload_length;
@@ -315,6 +323,46 @@ bool Engine::Impl::ApplyCts(Ctx& c, Peer& p, const WireHeader& h) {
   return true;
 }
 
+bool Engine::Impl::ApplyWithdraw(Ctx& c, Peer& p, const WireHeader& h) {
+  auto it = p.in_msgs.find(h.message_id);
+  // Gone: a receive took it (its credit went back with its completion).
+  if (it == p.in_msgs.end()) return true;
+  std::shared_ptr<InMsg> m = it->second;
+  if (m->kind != MsgKind::kUnbound || m->slot != h.slot) {
+    Bump(stats.unknown_message);
+    return false;
+  }
+  if (m->matched) return true;  // taken: it completes as usual
+  Bump(stats.withdrawn_messages);
+  if (m->id >= p.next_announce) {
+    m->withdrawn = true;  // not announced yet: dropped when its turn comes (Announce)
+    return true;
+  }
+  auto a = c.arrivals.find(m->slot);
+  if (a != c.arrivals.end()) {
+    auto& q = a->second;
+    q.erase(std::remove_if(q.begin(), q.end(),
+                           [&](const Arrival& x) { return x.peer == p.rank && x.msg == m; }),
+            q.end());
+    if (q.empty()) c.arrivals.erase(a);
+  }
+  DropWithdrawn(c, p, m);
+  return true;
+}
+
+void Engine::Impl::DropWithdrawn(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (!m->eager) {
+    p.in_msgs.erase(m->id);
+    return;
+  }
+  m->matched = true;
+  m->discard = true;
+  m->target = nullptr;
+  m->stash.Release();
+  m->stashed = {};
+  MaybeComplete(c, p, m);
+}
+
 // ===================== matching =====================
 
 void Engine::Impl::TryAnnounce(Ctx& c, Peer& p) {
@@ -330,6 +378,10 @@ void Engine::Impl::TryAnnounce(Ctx& c, Peer& p) {
 }
 
 void Engine::Impl::Announce(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
+  if (m->withdrawn) {
+    DropWithdrawn(c, p, m);
+    return;
+  }
   if (m->kind == MsgKind::kBuffer) {
     auto reg = c.regs.find({p.rank, m->slot});
     if (reg != c.regs.end()) {
@@ -398,12 +450,16 @@ void Engine::Impl::BindBuffer(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m,
 
 void Engine::Impl::AfterBind(Ctx& c, Peer& p, const std::shared_ptr<InMsg>& m) {
   if (m->eager) {
-    if (m->target && m->total) {
-      // Bytes that have not arrived yet are garbage here and get
-      // overwritten when they do.
-      std::memcpy(m->target, m->stash.data(), m->total);
+    if (m->target) {
+      // Only the bytes that arrived: the rest of the stash is recycled memory (another
+      // message's data), and a receive that fails before they come must not leave it
+      // in the caller's buffer. Later packets are written in place.
+      for (const auto& [begin, end] : m->stashed) {
+        std::memcpy(m->target + begin, m->stash.data() + begin, end - begin);
+      }
     }
     m->stash.Release();
+    m->stashed = {};
   } else {
     WireHeader cts;
     cts.type = static_cast<uint8_t>(PacketType::kCts);

@@ -192,9 +192,19 @@ void Engine::Impl::MarkAcked(Ctx& c, Peer& p, TxRecord& r) {
     std::shared_ptr<OutMsg> m = std::move(r.msg);
     ++m->packets_acked;
     if (!m->cancelled && m->packets_acked == m->packets_total) {
+      // Every packet is in: the receiver has the whole message when the kWithdraw reaches it.
+      if (m->withdrawn && !m->delivered) QueueWithdraw(p, *m);
       CompleteOut(p, m);
     }
   }
+}
+
+void Engine::Impl::QueueWithdraw(Peer& p, const OutMsg& m) {
+  WireHeader h;
+  h.type = static_cast<uint8_t>(PacketType::kWithdraw);
+  h.message_id = m.id;
+  h.slot = m.slot;
+  p.ctrl.push_back(h);
 }
 
 void Engine::Impl::CompleteOut(Peer& p, const std::shared_ptr<OutMsg>& m) {

@@ -64,6 +64,9 @@ struct OutMsg {
   // (the message was matched and taken), as Gloo's TCP send completes only
   // once the peer posted its recv; `delivered` marks that credit.
   bool delivered = false, completed = false;
+  // Withdrawn by its sender (Engine::Withdraw): a kWithdraw follows once every packet is
+  // acknowledged, and the receiver's credit ends it.
+  bool withdrawn = false;
   uint64_t next_offset = 0;
   uint64_t packets_total = 0, packets_sent = 0, packets_acked = 0;
   std::shared_ptr<OpSink> sink;
@@ -107,8 +110,12 @@ struct InMsg {
   MsgKind kind = MsgKind::kUnbound;
   bool eager = false;
   PayloadPool::Bytes stash;  // eager bytes that arrived before the match
+  // Which bytes of `stash` arrived ([begin, end), in arrival order, adjacent ones joined):
+  // the rest is recycled pool memory, never copied to the receiver.
+  std::vector<std::pair<uint64_t, uint64_t>> stashed;
   uint64_t received = 0;
   bool matched = false, discard = false, completed = false, done = false;
+  bool withdrawn = false;  // its sender withdrew it before it was announced: dropped then
   uint8_t* target = nullptr;  // where payload byte 0 goes once matched
   std::shared_ptr<OpSink> sink;
   uint64_t op = 0;

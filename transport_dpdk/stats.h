@@ -31,6 +31,7 @@ namespace transport {
   /* of their own; piggybacked acks taken from the peer's packets. */                   \
   X(acks_piggybacked) X(piggybacked_acks_received)                                      \
   X(eager_messages) X(rendezvous_messages)                                               \
+  X(withdrawn_messages) /* peers' sends dropped unmatched at their sender's kWithdraw */  \
   X(bad_token)       /* session token of another job */                                  \
   X(bad_context)     /* no such context on this device */                                \
   X(bad_rank)        /* src/dst rank unknown or not connected */                         \

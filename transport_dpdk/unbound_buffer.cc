@@ -58,6 +58,8 @@ bool UnboundBuffer::waitSend(int* rank, std::chrono::milliseconds timeout) {
                            &context_->engine());
 }
 
+void UnboundBuffer::withdrawSends() { context_->engine().Withdraw(sink_.get()); }
+
 void UnboundBuffer::abortWaitRecv() {
   {
     std::lock_guard<std::mutex> lock(sink_->mu);

@@ -28,6 +28,8 @@ class UnboundBuffer : public ::gloo::transport::UnboundBuffer {
   // wait that times out fails the context). For callers that poll, e.g.
   // optireduce::allreduce's agreement exchange (BoundedChannel::PollRecv).
   PollResult pollRecv(int* rank, std::chrono::milliseconds slice);
+  // Withdraws this buffer's sends that no receive will take (Engine::Withdraw).
+  void withdrawSends();
   void abortWaitRecv() override;
   void abortWaitSend() override;
 

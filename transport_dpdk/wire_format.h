@@ -80,8 +80,13 @@ enum class PacketType : uint8_t {
   // the receiver has pending with it cannot complete. Unsequenced, no
   // payload; aux = 1 + the rank its failure blames, 0 if none (a timeout).
   kAbort = 10,
+  // Sequenced, no payload: the sender withdraws its unbound send message_id on
+  // slot (sent once all its packets are acknowledged). A receiver that has not
+  // matched it to a receive drops it and returns its credit as if taken; one
+  // that has lets it complete as usual.
+  kWithdraw = 11,
 };
-inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kAbort);
+inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kWithdraw);
 
 enum PacketFlags : uint16_t {
   kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)

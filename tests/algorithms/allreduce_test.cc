@@ -4,11 +4,15 @@
 
 #include <atomic>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
 #include <vector>
 
+#include <unistd.h>
+
+#include <gloo/barrier.h>
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 #include <gloo/math.h>
@@ -215,6 +219,55 @@ TEST(TransposeAllreduce, RoundsBoundScratchMemory) {
     allreduce(opts);
     ExpectMatches(data, Reference<int64_t>(count, 3, RawFunc(&gloo::sum<int64_t>)), "rounds");
   });
+}
+
+// Resident memory of this process (/proc/self/statm), in bytes.
+size_t ResidentBytes() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+// A 4-byte TAR (the Hadamard transform forces TAR over recursive doubling) needs one
+// element of scratch per peer: its per-thread scratch is sized by the shard, not by the
+// segment limit. Ranks are threads of this process, each with its own scratch, so scratch
+// sized by the segment costs ranks x (ranks - 1) segments of resident memory (448 MiB
+// here); what the operation needs is 8 x 7 x 4 bytes. The bound allows a whole segment
+// for everything else the first TAR operation allocates.
+TEST(TransposeAllreduce, ScratchOfASmallOperationIsSizedByItsShardNotTheSegment) {
+  constexpr int kRanks = 8;
+  constexpr size_t kSegment = 8 << 20;
+  std::atomic<size_t> before{0}, after{0};
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    float value = 1;
+    // Warm-up without TAR (recursive doubling uses no scratch): the transport's state.
+    AllreduceOptions warm(ctx);
+    warm.setOutput(&value, 1);
+    warm.setReduceFunction(RawFunc(&gloo::sum<float>));
+    allreduce(warm);
+    gloo::BarrierOptions barrier(ctx);
+    gloo::barrier(barrier);
+    if (ctx->rank == 0) before = ResidentBytes();
+    gloo::barrier(barrier);
+    value = 1;
+    AllreduceOptions opts(ctx);
+    opts.setOutput(&value, 1);
+    opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+    opts.setHadamard(AllreduceOptions::Hadamard::kOn);
+    opts.setMaxSegmentBytes(kSegment);
+    allreduce(opts);
+    EXPECT_NEAR(value, kRanks, 1e-5);
+    gloo::barrier(barrier);
+    if (ctx->rank == 0) after = ResidentBytes();
+  });
+  ASSERT_GT(before.load(), 0u) << "no /proc/self/statm";
+  const double grown_mib = (static_cast<double>(after.load()) - before.load()) / (1 << 20);
+  EXPECT_LT(grown_mib, kSegment / double(1 << 20))
+      << "resident memory grew by " << grown_mib << " MiB for one 4-byte TAR on " << kRanks
+      << " ranks";
 }
 
 // Pipelined rounds: chunks of one element up to chunks that divide no shard, alone and

@@ -1,6 +1,11 @@
 // OptiReduce mode's time bounds: calibration, moving history, censored samples, caps.
 #include "algorithms/timeout_policy.h"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+
 #include <gtest/gtest.h>
 
 namespace optireduce {
@@ -125,6 +130,46 @@ TEST(TimeoutPolicyStartGrace, StragglersGivenUpDoNotStretchIt) {
     policy.RecordStartLag(1024, policy.BoundFor(1024).start_grace, /*gave_up=*/true);
   }
   EXPECT_EQ(policy.BoundFor(1024).start_grace, grace);
+}
+
+// Resident memory of this process (/proc/self/statm), in MiB.
+double ResidentMiB() {
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  unsigned long size = 0, resident = 0;
+  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
+  std::fclose(f);
+  return got == 2 ? resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20) : 0;
+}
+
+// A job with dynamic shapes records operations of ever new sizes: 200 000 of them here.
+// The policy keeps the histories of at most kMaxSizes sizes, forgetting the one recorded
+// longest ago, so a size the job keeps using keeps its history (and its bound), and memory
+// stays flat: 256 full histories take about 1 MiB, one history per size ~1.4 KiB each
+// (280 MiB here); the bound leaves room for the allocator's own growth.
+TEST(TimeoutPolicy, HistoriesOfAtMostKMaxSizesSizesTheOnesInUseKept) {
+  TimeoutPolicy policy(Options());
+  for (int i = 0; i < 4; i++) policy.Record(1024, milliseconds(40));
+  const auto bound = policy.BoundFor(1024).bound;
+  const double before = ResidentMiB();
+  constexpr size_t kRounds = 100000;  // two new sizes each
+  size_t most = 0;
+  for (size_t n = 0; n < kRounds; n++) {
+    const size_t bytes = 4096 + 4 * n;
+    policy.Record(bytes, milliseconds(1));
+    policy.RecordStartLag(bytes + 2, milliseconds(1), false);
+    if (n % 64 == 0) policy.Record(1024, milliseconds(40));  // still in use
+    most = std::max(most, policy.Sizes());
+  }
+  const double grown = ResidentMiB() - before;
+  EXPECT_LT(grown, 16.0) << "resident memory grew by " << grown << " MiB over "
+                         << 2 * kRounds << " sizes";
+  EXPECT_LE(most, TimeoutPolicy::kMaxSizes);
+  EXPECT_EQ(policy.Sizes(), TimeoutPolicy::kMaxSizes);
+  ASSERT_TRUE(policy.Proposal(1024).has_value());
+  EXPECT_EQ(policy.BoundFor(1024).bound, bound);
+  EXPECT_FALSE(policy.Proposal(4096).has_value()) << "the first new size is long forgotten";
+  EXPECT_TRUE(policy.Proposal(4096 + 4 * (kRounds - 1)).has_value());
 }
 
 }  // namespace

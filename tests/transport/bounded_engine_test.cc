@@ -229,6 +229,33 @@ TEST(BoundedEngine, RepeatedRepairRequestsAreMergedAndTheQueueIsBounded) {
   EXPECT_EQ(pair.sink.received(7), 51u * 1024) << "no range sent twice";
 }
 
+// One request may carry up to 4096 ranges, overlapping, repeated or past the source's end
+// (a confused or hostile peer): the job it queues sends every byte of the source at most
+// once, whether the request is queued behind a busy source or served at once.
+TEST(BoundedEngine, ARequestOfRepeatedRangesSendsEachByteOnce) {
+  constexpr size_t kSource = 16 << 10;
+  Pair pair(/*token=*/0x5eed, kSource);
+  std::vector<std::pair<uint64_t, uint64_t>> repeated(400, {0, kSource});  // one packet
+  repeated.push_back({1000, 5000});
+  repeated.push_back({8192, uint64_t{1} << 40});
+  pair.hold = true;  // queued first: nothing can be sent yet
+  ASSERT_TRUE(pair.e1->RequestRepair(pair.c1, 0, 9, repeated).ok());
+  ASSERT_TRUE(Eventually([&] { return pair.e0->GetStats().repair_requests_received >= 1; }));
+  pair.hold = false;
+  ASSERT_TRUE(pair.sink.WaitFor(9, kSource)) << pair.sink.received(9);
+  ASSERT_TRUE(Eventually([&] { return pair.e0->BoundedPending(pair.c0) == 0; }));
+  EXPECT_EQ(pair.sink.received(9), kSource) << "bytes sent for one request";
+
+  std::vector<std::pair<uint64_t, uint64_t>> huge(400, {0, uint64_t{1} << 40});  // served at once
+  ASSERT_TRUE(pair.e1->RequestRepair(pair.c1, 0, 10, huge).ok());
+  ASSERT_TRUE(pair.sink.WaitFor(10, kSource)) << pair.sink.received(10);
+  ASSERT_TRUE(Eventually([&] { return pair.e0->BoundedPending(pair.c0) == 0; }));
+  EXPECT_EQ(pair.sink.received(10), kSource) << "bytes sent for one request";
+  const uint64_t packets = 2 * kSource / 1024;
+  Eventually([&] { return pair.e0->GetStats().bounded_tx_packets >= packets; });
+  EXPECT_EQ(pair.e0->GetStats().bounded_tx_packets, packets);
+}
+
 // OPTIREDUCE_SESSION_TOKEN fixes the token, so two runs of a job share it, and operation
 // ids restart at the same values. A packet of the first run that arrives during the second
 // (a delayed datagram, or a replay) addresses a context id of the first run: dropped.

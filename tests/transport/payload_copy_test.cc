@@ -7,13 +7,18 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <memory>
 #include <thread>
 #include <vector>
 
+#include <gloo/common/error.h>
+
 #include "tests/transport/two_ranks.h"
+#include "transport_dpdk/packet_io_loop.h"
 #include "transport_dpdk/payload_pool.h"
+#include "transport_dpdk/wire_format.h"
 
 namespace optireduce {
 namespace {
@@ -127,6 +132,122 @@ TEST(PayloadCopy, RingChunkedAllreduceReusesTheCopiesPages) {
   EXPECT_LT(faults, kRuns * 8 * 64 / 10)
       << faults << " minor page faults over " << kRuns << " allreduces of 1 MiB";
   RecordProperty("minor_faults", std::to_string(faults));
+}
+
+// A loop endpoint that loses, for good (retransmissions too), every reliable DATA packet it
+// receives on slot `slot` at or beyond byte `from` of its message.
+class LoseTailIo : public transport::PacketIo {
+ public:
+  LoseTailIo(uint64_t slot, uint64_t from)
+      : inner_(std::make_unique<transport::LoopPacketIo>(2048, 1 << 16)), slot_(slot),
+        from_(from) {}
+  std::string Describe() const override { return "lose-tail on " + inner_->Describe(); }
+  uint32_t MaxDatagram() const override { return inner_->MaxDatagram(); }
+  transport::IoAddress LocalAddress() const override { return inner_->LocalAddress(); }
+  absl::StatusOr<transport::PeerHandle> ResolvePeer(const transport::IoAddress& a) override {
+    return inner_->ResolvePeer(a);
+  }
+  std::string AddressToString(const transport::IoAddress& a) const override {
+    return inner_->AddressToString(a);
+  }
+  bool ProtectsPayload() const override { return inner_->ProtectsPayload(); }
+  size_t TxBurst(const transport::TxDatagram* d, size_t n) override {
+    return inner_->TxBurst(d, n);
+  }
+  size_t RxBurst(transport::RxDatagram* out, size_t max) override {
+    const size_t got = inner_->RxBurst(out, max);
+    size_t kept = 0;
+    for (size_t i = 0; i < got; ++i) {
+      transport::WireHeader h;
+      const bool lose =
+          transport::ParseDatagram(out[i].data, out[i].len, &h, true) ==
+              transport::ParseError::kOk &&
+          h.type == static_cast<uint8_t>(transport::PacketType::kData) && h.slot == slot_ &&
+          h.offset >= from_;
+      if (lose) {
+        lost_++;
+        uint64_t seen = first_lost_.load();
+        while (h.offset < seen && !first_lost_.compare_exchange_weak(seen, h.offset)) {
+        }
+        continue;
+      }
+      out[kept++] = out[i];
+    }
+    return kept;
+  }
+  void WaitForInput(std::chrono::microseconds t) override { inner_->WaitForInput(t); }
+  void Wake() override { inner_->Wake(); }
+  void WaitForWake(std::chrono::microseconds t) override { inner_->WaitForWake(t); }
+  void WaitAsWaiter(std::chrono::microseconds t) override { inner_->WaitAsWaiter(t); }
+  void WakeWaiter() override { inner_->WakeWaiter(); }
+  bool WakesOnInput() const override { return inner_->WakesOnInput(); }
+
+  uint64_t lost() const { return lost_.load(); }
+  // The smallest offset of a lost packet: every byte before it arrived.
+  uint64_t first_lost() const { return first_lost_.load(); }
+
+ private:
+  std::unique_ptr<transport::PacketIo> inner_;
+  const uint64_t slot_, from_;
+  std::atomic<uint64_t> lost_{0};
+  std::atomic<uint64_t> first_lost_{UINT64_MAX};
+};
+
+// An eager message whose first half arrived before its receive was posted (stashed) and
+// whose second half never comes: the receive times out, and the caller's buffer holds the
+// bytes that arrived and its own bytes elsewhere — not the rest of the engine's stash
+// (recycled storage that may hold another message's data).
+TEST(PayloadCopy, AFailedReceiveLeavesTheBytesThatNeverArrivedUntouched) {
+  constexpr uint64_t kSlot = 77, kDone = 78;
+  constexpr size_t kBytes = 16 << 10;  // eager: at most 64 KiB
+  transport::EngineOptions o;
+  o.linger_quiet = std::chrono::milliseconds(20);
+  o.linger_max = std::chrono::milliseconds(100);
+  std::vector<std::shared_ptr<transport::Device>> devices;
+  LoseTailIo* lossy = nullptr;
+  for (int i = 0; i < 2; ++i) {
+    std::unique_ptr<transport::PacketIo> io;
+    if (i == 1) {
+      auto tap = std::make_unique<LoseTailIo>(kSlot, kBytes / 2);
+      lossy = tap.get();
+      io = std::move(tap);
+    } else {
+      io = std::make_unique<transport::LoopPacketIo>(2048, 1 << 16);
+    }
+    auto dev = transport::CreateDeviceOverIo(std::move(io), o, 1 << 22);
+    ASSERT_TRUE(dev.ok()) << dev.status();
+    devices.push_back(*dev);
+  }
+  auto ranks = testing_ranks::ConnectDevices(devices);
+  ASSERT_EQ(ranks.size(), 2u);
+
+  std::vector<uint8_t> message(kBytes);
+  for (size_t i = 0; i < kBytes; ++i) message[i] = static_cast<uint8_t>(1 + i % 13);  // never 0xEE
+  uint8_t done = 1;
+  auto send = ranks[0].context->createUnboundBuffer(message.data(), kBytes);
+  auto send_done = ranks[0].context->createUnboundBuffer(&done, 1);
+  send->send(1, kSlot);
+  send_done->send(1, kDone);  // sent after the message: once it is in, so is its first half
+
+  uint8_t got_done = 0;
+  auto recv_done = ranks[1].context->createUnboundBuffer(&got_done, 1);
+  recv_done->recv(0, kDone);
+  ASSERT_TRUE(recv_done->waitRecv());
+  ASSERT_GT(lossy->lost(), 0u);
+
+  std::vector<uint8_t> target(kBytes, 0xEE);
+  auto recv = ranks[1].context->createUnboundBuffer(target.data(), kBytes);
+  recv->recv(0, kSlot);
+  EXPECT_THROW(recv->waitRecv(nullptr, std::chrono::milliseconds(200)), gloo::IoException);
+  const size_t arrived = lossy->first_lost();
+  ASSERT_GT(arrived, 0u);
+  ASSERT_LT(arrived, kBytes);
+  size_t foreign = 0;
+  for (size_t i = arrived; i < kBytes; ++i) foreign += target[i] != 0xEE ? 1 : 0;
+  EXPECT_EQ(foreign, 0u) << "bytes [" << arrived << ", " << kBytes
+                         << ") never arrived, yet the receive wrote " << foreign << " of them";
+  EXPECT_EQ(std::memcmp(target.data(), message.data(), arrived), 0)
+      << "the bytes that arrived before the receive was posted";
 }
 
 }  // namespace

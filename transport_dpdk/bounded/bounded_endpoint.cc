@@ -114,6 +114,10 @@ std::optional<bool> BoundedEndpoint::PollRecv(::gloo::transport::UnboundBuffer& 
   return std::nullopt;
 }
 
+void BoundedEndpoint::WithdrawSends(::gloo::transport::UnboundBuffer& buf) {
+  if (auto* ours = dynamic_cast<UnboundBuffer*>(&buf)) ours->withdrawSends();
+}
+
 size_t BoundedEndpoint::PacketPayload() const { return engine_->BoundedPayload(); }
 
 }  // namespace transport

@@ -33,6 +33,7 @@ class BoundedEndpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   void FinishSends(uint64_t op, BoundedClock::time_point deadline) override;
   size_t PacketPayload() const override;
+  void WithdrawSends(::gloo::transport::UnboundBuffer& buf) override;
   std::optional<bool> PollRecv(::gloo::transport::UnboundBuffer& buf, int* rank,
                                std::chrono::milliseconds slice) override;
   bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
