@@ -442,10 +442,15 @@ void Run(Job job) {
   char* data = static_cast<char*>(g.out[0]->ptr);
   const auto start = Clock::now();
 
-  // Local reduction of all inputs into the first output.
-  if (!g.in.empty() && bytes > 0) {
-    if (g.in[0]->ptr != data) std::memcpy(data, g.in[0]->ptr, bytes);
-    for (size_t i = 1; i < g.in.size(); i++) g.reduce(data, data, g.in[i]->ptr, g.elements);
+  // Local reduction into the first output, as stock Gloo does: the inputs when there are
+  // any (the outputs only receive the result), else every output.
+  if (bytes > 0) {
+    if (!g.in.empty()) {
+      if (g.in[0]->ptr != data) std::memcpy(data, g.in[0]->ptr, bytes);
+      for (size_t i = 1; i < g.in.size(); i++) g.reduce(data, data, g.in[i]->ptr, g.elements);
+    } else {
+      for (size_t i = 1; i < g.out.size(); i++) g.reduce(data, data, g.out[i]->ptr, g.elements);
+    }
   }
 
   gloo::Context& ctx = *g.context;
