@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -436,6 +437,20 @@ bool CutByDeadline(const OpStats& stats) {
   return false;
 }
 
+// Fills every output with NaN (OptiReduce mode: floating-point sums only).
+void InvalidateOutputs(const Job& job) {
+  const Impl& g = job.gloo;
+  for (const auto& out : g.out) {
+    if (job.type == DataType::kFloat64) {
+      std::fill_n(static_cast<double*>(out->ptr), g.elements,
+                  std::numeric_limits<double>::quiet_NaN());
+    } else {
+      std::fill_n(static_cast<float*>(out->ptr), g.elements,
+                  std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
+
 void Run(Job job) {
   const Impl& g = job.gloo;
   const size_t bytes = g.elements * g.elementSize;
@@ -551,7 +566,14 @@ void Run(Job job) {
       args.inverse_hadamard = job.hadamard;
       args.hadamard_seed = seed;
       args.hadamard = HadamardOptions(job);
-      BoundedTranspose(args, &stats);
+      try {
+        BoundedTranspose(args, &stats);
+      } catch (const gloo::EnforceNotMet&) {
+        // The ranks' sizes differ: the buffer holds part of a transformed reduction, which
+        // must not pass for a result.
+        InvalidateOutputs(job);
+        throw;
+      }
     } else {
       if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {
         RecursiveDoublingArgs rd;

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/context.h>
 
 #include "absl/strings/str_cat.h"
@@ -66,6 +67,9 @@ void FinishPhase(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
     }
     p->bytes_received = ArrivedBytes(rx, regions.size());
   }
+  const absl::Status sizes = rx.SizeAgreement();
+  GLOO_ENFORCE(sizes.ok(), "optireduce::allreduce (tag ", a.tag, ", rank ", a.context->rank,
+               ", ", a.elements, " elements): ", sizes.message());
   for (size_t i = 0; i < regions.size(); i++) {
     uint64_t got = 0;
     for (const ByteRange& r : rx.Arrived(i)) got += r.size();
@@ -304,6 +308,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     }
   }
   SourcesGuard guard(a.channel, op1, op2);
+  a.channel->BeginOperation(op1, a.elements * sizeof(T));
   auto rx1 = a.channel->PostReceive(op1, regions1);
   // Phase 2's receive is posted now, before phase 1 starts: shards of owners that finish
   // phase 1 before this rank are then not staged (copied twice). They land in scratch, not

@@ -1,7 +1,8 @@
-"""One rank of a job that allreduces a list of tensors in one call.
+"""One rank of a job that allreduces a list of tensors in one call (or, with --mismatch,
+one tensor of a different size on each rank).
 
 Run by test_tensor_lists.py as a separate process per rank:
-    tensor_list_worker.py RANK WORLD INIT_METHOD OUT_JSON
+    tensor_list_worker.py RANK WORLD INIT_METHOD OUT_JSON [--mismatch]
 GLOO_ALGO / GLOO_DEVICE_TRANSPORT / LD_PRELOAD come from the environment.
 
 `dist.all_reduce_multigpu([t1, t2])` on CPU tensors: ProcessGroupGloo passes both tensors
@@ -40,6 +41,39 @@ def check(name, got, want):
     raise AssertionError(f"rank {rank}: {name}: {bad.numel()} elements differ, first at {i}: "
                          f"got {got[i].item()} want {want[i].item()}")
 
+
+def mismatch():
+    """OptiReduce mode, both sizes calibrated on both ranks (20 operations each), then rank 0
+    allreduces 65536 floats and rank 1 32768: each must raise naming both sizes in bytes
+    and leave NaN in its tensor; the next operation of equal sizes must be exact."""
+    sizes = {0: 65536, 1: 32768}
+    for n in sorted(set(sizes.values())):
+        for _ in range(20):
+            t = torch.ones(n)
+            dist.all_reduce(t)
+            check(f"calibration of {n}", t, torch.full((n,), float(world)))
+    mine = sizes[rank]
+    t = torch.full((mine,), float(rank + 1))
+    error = ""
+    try:
+        dist.all_reduce(t)
+    except RuntimeError as e:
+        error = str(e)
+    nan = bool(torch.isnan(t).all())
+    after = torch.full((65536,), float(rank + 1))
+    dist.all_reduce(after)
+    check("the operation after the mismatch", after,
+          torch.full((65536,), float(sum(r + 1 for r in range(world)))))
+    return {"error": error, "nan": nan, "mine": mine * 4, "other": sizes[1 - rank] * 4,
+            "stats": optireduce.stats()}
+
+
+if "--mismatch" in sys.argv:
+    result = mismatch()
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    dist.destroy_process_group()
+    sys.exit(0)
 
 ops = 0
 for step in range(24):
