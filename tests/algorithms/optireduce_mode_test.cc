@@ -4,6 +4,7 @@
 // channel).
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <thread>
 #include <vector>
@@ -18,6 +19,8 @@
 #include "transport_dpdk/bounded/bounded_endpoint.h"
 #include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/device.h"
+#include "transport_dpdk/engine.h"
+#include "transport_dpdk/fault_injector.h"
 
 namespace optireduce {
 namespace {
@@ -121,6 +124,14 @@ testing::DeviceFactory Udp(const std::string& faults) {
   };
 }
 
+// Payload bytes of bounded packets the device's fault injector dropped on receive so far.
+uint64_t InjectedBoundedBytes(const std::shared_ptr<gloo::Context>& ctx) {
+  auto* device = dynamic_cast<transport::Device*>(ctx->getDevice().get());
+  if (device == nullptr) return 0;
+  auto* injector = dynamic_cast<transport::FaultInjector*>(device->engine()->io());
+  return injector == nullptr ? 0 : injector->counters().bounded_bytes_dropped.load();
+}
+
 // Runs `steps` operations per rank in real processes; returns RunProcesses' verdict.
 std::string RunUdp(int ranks, const std::string& faults, double max_loss, double want_loss,
                    double max_rel_l2, std::chrono::milliseconds min_bound) {
@@ -129,9 +140,12 @@ std::string RunUdp(int ranks, const std::string& faults, double max_loss, double
   return testing::RunProcesses(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy(min_bound);
     double loss = 0;
+    uint64_t lost_bytes = 0;
     int bounded = 0;
+    uint64_t injected_before = 0;
     for (uint64_t step = 0; step < 7; step++) {
       const auto want = ExactSum(ctx->size, step);
+      if (step == 3) injected_before = InjectedBoundedBytes(ctx);
       Result r = Reduce(ctx, policy, step, max_loss);
       if (step < 3) {
         ASSERT_EQ(r.stats.mode, OpMode::kCalibration);
@@ -141,6 +155,7 @@ std::string RunUdp(int ranks, const std::string& faults, double max_loss, double
       ASSERT_EQ(r.stats.mode, OpMode::kBounded) << r.stats.ToJson();
       bounded++;
       loss += r.stats.loss_pct / 100;
+      for (const PhaseStats& p : r.stats.phase) lost_bytes += p.bytes_expected - p.bytes_received;
       EXPECT_LT(r.seconds, 2 * r.stats.bound_ms / 1000 + 1.0) << r.stats.ToJson();
       // The error follows the loss this operation really had (injected + any socket
       // overflow on a loaded host) at any rank: 2·σ·√p·√(N+1), as in bounded_transpose_test.
@@ -149,12 +164,21 @@ std::string RunUdp(int ranks, const std::string& faults, double max_loss, double
       EXPECT_LT(RelL2(r.data, want), limit) << r.stats.ToJson() << " device: " << DeviceStats(ctx);
       for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
     }
-    // The injected loss shows up in the statistics; a loaded host may add socket drops
-    // on top, and a rank it deschedules past the grace for starting an operation is given
-    // up as a straggler (a few ops of a run on a busy CI host: up to ~0.1-0.5% on average;
-    // the in-memory test checks the exact match).
+    // The injected loss shows up in the statistics, counted exactly rather than against
+    // the drop rate (with ~1000 packets per rank, a 1% rate leaves no lower bound that a
+    // correct engine breaks with probability < 1e-6): every bounded byte the injector
+    // dropped on this rank's receive path is a hole in one of these operations, which only
+    // a repair would fill (with max_loss 1 none is asked for), so at least that much is
+    // reported lost. A loaded host adds socket drops and ranks given up as stragglers on
+    // top, which nothing here predicts; the upper check only says that most bytes arrived.
+    const uint64_t injected = InjectedBoundedBytes(ctx) - injected_before;
+    std::printf("rank %d: %llu bytes lost in %d bounded operations, %llu dropped by the "
+                "fault injector\n", ctx->rank, static_cast<unsigned long long>(lost_bytes),
+                bounded, static_cast<unsigned long long>(injected));
+    if (max_loss >= 1) {
+      EXPECT_GE(lost_bytes, injected) << "rank " << ctx->rank;
+    }
     const double mean = loss / bounded;
-    EXPECT_GE(mean, want_loss * 0.4) << "rank " << ctx->rank;
     EXPECT_LE(mean, want_loss * 2 + 0.5) << "rank " << ctx->rank;
   }, options);
 }
