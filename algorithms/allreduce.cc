@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <limits>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -454,6 +455,20 @@ bool CutByDeadline(const OpStats& stats) {
   return false;
 }
 
+// Fills every output with NaN (OptiReduce mode: floating-point sums only).
+void InvalidateOutputs(const Job& job) {
+  const Impl& g = job.gloo;
+  for (const auto& out : g.out) {
+    if (job.type == DataType::kFloat64) {
+      std::fill_n(static_cast<double*>(out->ptr), g.elements,
+                  std::numeric_limits<double>::quiet_NaN());
+    } else {
+      std::fill_n(static_cast<float*>(out->ptr), g.elements,
+                  std::numeric_limits<float>::quiet_NaN());
+    }
+  }
+}
+
 void Run(Job job) {
   const Impl& g = job.gloo;
   const size_t bytes = g.elements * g.elementSize;
@@ -467,10 +482,15 @@ void Run(Job job) {
   }
   const auto start = Clock::now();
 
-  // Local reduction of all inputs into the first output.
-  if (!g.in.empty() && bytes > 0) {
-    if (g.in[0]->ptr != data) std::memcpy(data, g.in[0]->ptr, bytes);
-    for (size_t i = 1; i < g.in.size(); i++) g.reduce(data, data, g.in[i]->ptr, g.elements);
+  // Local reduction into the first output, as stock Gloo does: the inputs when there are
+  // any (the outputs only receive the result), else every output.
+  if (bytes > 0) {
+    if (!g.in.empty()) {
+      if (g.in[0]->ptr != data) std::memcpy(data, g.in[0]->ptr, bytes);
+      for (size_t i = 1; i < g.in.size(); i++) g.reduce(data, data, g.in[i]->ptr, g.elements);
+    } else {
+      for (size_t i = 1; i < g.out.size(); i++) g.reduce(data, data, g.out[i]->ptr, g.elements);
+    }
   }
 
   gloo::Context& ctx = *g.context;
@@ -589,7 +609,14 @@ void Run(Job job) {
       std::vector<char> carry;
       args.decision_out = &decision;
       args.carry_out = &carry;
-      BoundedTranspose(args, &stats);
+      try {
+        BoundedTranspose(args, &stats);
+      } catch (const gloo::EnforceNotMet&) {
+        // The ranks' sizes differ: the buffer holds part of a transformed reduction, which
+        // must not pass for a result.
+        InvalidateOutputs(job);
+        throw;
+      }
       state.NoteDecision(decision);
       if (!carry.empty()) stats.carry_dropped = state.AddCarry(carry_key, carry.data());
     } else {

@@ -100,6 +100,10 @@ class BoundedReceive {
     (void)index;
     return false;
   }
+  // Not OK (INVALID_ARGUMENT, naming both sizes) once a packet showed that the ranks called
+  // this operation with different sizes (BoundedChannel::BeginOperation): Wait and Repair
+  // then return kPeerFailed at once, and the allreduce raises. Default: OK (not checked).
+  virtual absl::Status SizeAgreement() const { return absl::OkStatus(); }
   // When the first payload of region `index` arrived (payloads staged before the post
   // count as arriving at the post); nullopt while nothing has. How late peers start is
   // learned from it (TimeoutPolicy::RecordStartLag).
@@ -116,6 +120,16 @@ class BoundedReceive {
 class BoundedChannel {
  public:
   virtual ~BoundedChannel() = default;
+
+  // Both phases of the bounded operation `op` (and SiblingPhaseOp(op)) belong to an
+  // allreduce of `bytes` bytes on this rank: the transport states the size in the packets
+  // it sends for them and checks it, and each packet's source length, against what this
+  // rank posted (BoundedReceive::SizeAgreement). Called before PostReceive and Send of
+  // that operation. Default: no check.
+  virtual void BeginOperation(uint64_t op, uint64_t bytes) {
+    (void)op;
+    (void)bytes;
+  }
 
   // Posts the regions of operation `op`. Every rank names an operation by the same id;
   // packets of `op` that arrived before the post (a fast peer) are applied now; packets

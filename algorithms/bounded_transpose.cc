@@ -8,6 +8,7 @@
 #include <vector>
 
 #include <gloo/common/error.h>
+#include <gloo/common/logging.h>
 #include <gloo/context.h>
 
 #include "absl/strings/str_cat.h"
@@ -228,6 +229,14 @@ void ThrowIfGone(const BoundedReceive& rx, const std::vector<BoundedRegion>& reg
   }
 }
 
+// Raises gloo::EnforceNotMet naming both sizes once a packet showed that the ranks called
+// this operation with different sizes (the transport's check, BoundedReceive::SizeAgreement).
+void EnforceSameSize(const BoundedReceive& rx, const BoundedTransposeArgs& a) {
+  const absl::Status sizes = rx.SizeAgreement();
+  GLOO_ENFORCE(sizes.ok(), "optireduce::allreduce (tag ", a.tag, ", rank ", a.context->rank,
+               ", ", a.elements, " elements): ", sizes.message());
+}
+
 // Repairs the regions of counted peers until they are complete, or throws at `until` (the
 // operation's timeout) naming the first peer whose data is still missing.
 void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
@@ -242,6 +251,7 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
       if (got < regions[i].nbytes) missing = regions[i].peer;
     }
     if (missing < 0) return;
+    EnforceSameSize(rx, a);
     ThrowIfGone(rx, regions, counted, a, what);
     for (size_t i = 0; i < regions.size(); i++) {
       if (!counted[regions[i].peer] || !rx.Released(i)) continue;
@@ -312,6 +322,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     }
   }
   SourcesGuard guard(a.channel, op1, op2);
+  a.channel->BeginOperation(op1, a.elements * sizeof(T));
   auto rx1 = a.channel->PostReceive(op1, regions1);
   // Phase 2's receive is posted now, before phase 1 starts: shards of owners that finish
   // phase 1 before this rank are then not staged (copied twice). They land in scratch, not
@@ -358,7 +369,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   for (const BoundedRegion& r : regions1) p1.bytes_expected += r.nbytes;
   p1.end = rx1->Wait(start + half, a.bound.quiet, a.bound.peer_factor);
   p1.bytes_received = ArrivedBytes(*rx1, regions1.size());
-  ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
+  if (rx1->SizeAgreement().ok()) ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
 
   Decision decision;
   decision.op = op1;
@@ -386,7 +397,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
         bool all_started = true;
         for (size_t i = 0; i < regions1.size(); i++) all_started = all_started && rx1->FirstArrival(i);
         const auto t = Clock::now();
-        if (all_started || t >= until) break;
+        if (all_started || t >= until || !rx1->SizeAgreement().ok()) break;
         if (rx1->Repair(std::min(until, t + round), grace) == PhaseEnd::kPeerFailed) {
           ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
         }
@@ -414,6 +425,9 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     }
     decision = *std::move(got);
   }
+  // Sizes are checked once the decision is out: a leader that raised before sending it
+  // would leave its peers waiting for it until their timeout.
+  EnforceSameSize(*rx1, a);
   const std::vector<bool>& counted = decision.counted;
   for (size_t i = 0; i < regions1.size(); i++) {
     if (!counted[regions1[i].peer]) rx1->GiveUp(regions1[i].peer);
@@ -457,6 +471,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     }
   }
   p2.end = rx2->Wait(phase2_start + half, a.bound.quiet, a.bound.peer_factor);
+  EnforceSameSize(*rx2, a);
   p2.bytes_received = ArrivedBytesOf(*rx2, regions2, counted);
   RepairToCompletion(*rx2, regions2, counted, complete_by, a, "receiving phase-2 data from",
                      &p2);

@@ -39,8 +39,11 @@ enum class MsgKind : uint8_t {
 struct BoundedHooks {
   // One payload of bounded operation `op` from `src`.
   // `estimated`: the sender marked the bytes as an estimate (kFlagEstimated).
+  // `total`: the length of the sender's whole source (the header's total_length);
+  // `op_bytes`: the byte count of the sender's whole allreduce (aux; 0: not stated).
   std::function<void(int src, uint64_t op, uint64_t offset, const uint8_t* data,
-                     size_t len, bool last, bool estimated)>
+                     size_t len, bool last, bool estimated, uint64_t total,
+                     uint64_t op_bytes)>
       on_data;
   // Calls fn(bytes, size, estimated) with the source of `op` sent to `peer`
   // while it is valid (kDone); otherwise says why it did not (SourceAccess).
@@ -128,8 +131,14 @@ class Engine {
   // Bounded service (OptiReduce mode): unreliable, paced sends without
   // acknowledgements; the receiver asks for missing ranges with RequestRepair.
   void SetBoundedHooks(uint32_t ctx, BoundedHooks hooks);
-  // Queues the whole source of `op` for `dst` (read through read_source).
-  absl::Status SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total);
+  // Queues the whole source of `op` for `dst` (read through read_source). Its packets
+  // state `op_bytes`, the size of the whole allreduce on this rank (0: not stated).
+  absl::Status SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total,
+                           uint64_t op_bytes = 0);
+  // Sends every connected peer one empty DATA packet of `op` stating `op_bytes`: a rank
+  // that found its peers' sizes differ tells the ranks that may have seen no wrong
+  // packet themselves (each then compares the stated size with its own).
+  absl::Status SendBoundedNotice(uint32_t ctx, uint64_t op, uint64_t op_bytes);
   absl::Status RequestRepair(uint32_t ctx, int dst, uint64_t op,
                              const std::vector<std::pair<uint64_t, uint64_t>>& missing);
   uint32_t BoundedPayload() const;

@@ -108,6 +108,7 @@ void Engine::Impl::PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
             h.message_id = j.op;
             h.offset = j.next;
             h.total_length = n;
+            h.aux = j.op_bytes;
             h.payload_length = static_cast<uint32_t>(len);
             Emit(p, h, src + j.next, static_cast<uint32_t>(len));
             j.next += len;
@@ -162,7 +163,7 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
       }
       c.bounded.on_data(p.rank, h.message_id, h.offset, payload,
                         h.payload_length, (h.flags & kFlagLast) != 0,
-                        (h.flags & kFlagEstimated) != 0);
+                        (h.flags & kFlagEstimated) != 0, h.total_length, h.aux);
       return;
     case PacketType::kRepair: {
       if (h.flags & kFlagAbsent) {
@@ -268,7 +269,8 @@ void Engine::SetBoundedHooks(uint32_t ctx, BoundedHooks hooks) {
   }
 }
 
-absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total) {
+absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t total,
+                                 uint64_t op_bytes) {
   std::lock_guard<std::mutex> lock(impl_->mu);
   Ctx* c = impl_->FindCtx(ctx);
   if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
@@ -285,8 +287,29 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   const uint64_t flagged = std::max<uint64_t>(4, packets / 100);
   const uint64_t last_from = packets > flagged ? (packets - flagged) * p.bounded_payload : 0;
   p.bounded_queue.push_back(
-      BoundedJob::Send(op, total, last_from, c->bounded_next_order++));
+      BoundedJob::Send(op, total, last_from, c->bounded_next_order++, op_bytes));
   // The progress thread sends bounded jobs (paced, in incast order): wake it.
+  impl_->io->Wake();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::SendBoundedNotice(uint32_t ctx, uint64_t op, uint64_t op_bytes) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (c->failed) return absl::OkStatus();  // see SendBounded
+  for (Peer& p : c->peers) {
+    if (p.rank == c->rank || !p.connected) continue;
+    WireHeader h;
+    impl_->FillHeader(*c, p, &h);
+    h.type = static_cast<uint8_t>(PacketType::kData);
+    h.flags = kFlagUnreliable;
+    h.message_id = op;
+    h.aux = op_bytes;
+    impl_->Emit(p, h, nullptr, 0);
+    impl_->Flush();
+    Bump(impl_->stats.bounded_tx_packets);
+  }
   impl_->io->Wake();
   return absl::OkStatus();
 }

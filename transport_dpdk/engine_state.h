@@ -144,10 +144,12 @@ struct RecvBufferReg {
 struct BoundedJob {
   // The whole source of `op` (`total` bytes), the `order`-th send of its context;
   // packets at or after `last_from` carry kFlagLast.
-  static BoundedJob Send(uint64_t op, uint64_t total, uint64_t last_from, uint64_t order) {
+  static BoundedJob Send(uint64_t op, uint64_t total, uint64_t last_from, uint64_t order,
+                         uint64_t op_bytes = 0) {
     BoundedJob j;
     j.op = op;
     j.total = total;
+    j.op_bytes = op_bytes;
     j.ranges.emplace_back(0, total);
     j.last_from = last_from;
     j.order = order;
@@ -164,6 +166,7 @@ struct BoundedJob {
 
   uint64_t op = 0;
   uint64_t total = 0;
+  uint64_t op_bytes = 0;  // the sender's whole allreduce, stated in aux (0: repairs)
   std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
   size_t range = 0;    // current range
   uint64_t next = 0;   // next offset within it

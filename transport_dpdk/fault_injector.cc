@@ -144,8 +144,10 @@ void FaultInjector::CountDropped(const RxDatagram& d) {
   if (ParseDatagram(d.data, d.len, &h, /*link_protects_payload=*/true) != ParseError::kOk) {
     return;
   }
-  if (h.type == static_cast<uint8_t>(PacketType::kData) && !(h.flags & kFlagUnreliable)) {
-    Bump(counters_.data_bytes_dropped, h.payload_length);
+  if (h.type == static_cast<uint8_t>(PacketType::kData)) {
+    Bump((h.flags & kFlagUnreliable) ? counters_.bounded_bytes_dropped
+                                     : counters_.data_bytes_dropped,
+         h.payload_length);
   }
 }
 

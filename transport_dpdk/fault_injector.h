@@ -65,6 +65,9 @@ struct FaultCounters {
   // Payload bytes of reliable data packets dropped on receive (any rule): what
   // the senders' retransmitted bytes are compared with.
   std::atomic<uint64_t> data_bytes_dropped{0};
+  // Payload bytes of bounded (unreliable) data packets dropped on receive: each is a hole
+  // in the receiving rank's operation unless repaired (OpStats counts it as lost).
+  std::atomic<uint64_t> bounded_bytes_dropped{0};
 };
 
 class FaultInjector : public PacketIo {

@@ -39,7 +39,12 @@
 // still answers close probes for it (aux 2).
 //   88   4  checksum        CRC32C
 // Bounded-service packets (flag kFlagUnreliable) reuse the layout: seq 0,
-// message_id = bounded operation id, offset/total_length as DATA.
+// message_id = bounded operation id, offset/total_length as DATA (total_length:
+// the sender's whole source for this receiver, which must equal the region the
+// receiver posted for it); a bounded DATA's aux is the byte count of the
+// sender's whole allreduce (0: not stated, as in repairs), which must equal the
+// receiver's own. An empty bounded DATA (no payload, total_length 0) only
+// states that count: the notice a rank that found the sizes differ sends.
 //   92   4  reserved        must be zero
 #pragma once
 

@@ -163,7 +163,7 @@ struct Pair {
     e0->SetBoundedHooks(c0, std::move(h0));
     BoundedHooks h1;
     h1.on_data = [this](int, uint64_t op, uint64_t offset, const uint8_t* data, size_t len, bool,
-                        bool) { sink.OnData(op, offset, data, len); };
+                        bool, uint64_t, uint64_t) { sink.OnData(op, offset, data, len); };
     e1->SetBoundedHooks(c1, std::move(h1));
   }
   ~Pair() {

@@ -275,6 +275,76 @@ TEST(BoundedReceiverFailure, AFailedPeerEndsTheWaitWithItsStatus) {
   EXPECT_EQ(receiver.counters().failed_peer_packets, 1u);
 }
 
+// Sizes: a payload whose sender's source is not the region posted for it, or whose stated
+// allreduce size is not this rank's, is never written; the receive fails at once naming
+// both sizes, and the peers are told once.
+TEST(BoundedReceiverSizes, AShorterSourceIsRefusedCountedAndEndsTheWaitAtOnce) {
+  BoundedReceiver receiver;
+  std::vector<char> a(200, 0);
+  int notices = 0;
+  auto rx = receiver.Post(5, {{1, a.data(), 200}}, nullptr, /*op_bytes=*/400,
+                          [&](uint64_t op) {
+                            EXPECT_EQ(op, 5u);
+                            notices++;
+                          });
+  const std::vector<char> data(100, 7);
+  receiver.OnData(5, 1, 0, data.data(), 100, /*last=*/true, false, /*total=*/100,
+                  /*op_bytes=*/0);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kPeerFailed);
+  EXPECT_EQ(a, std::vector<char>(200, 0)) << "a refused payload was written";
+  const absl::Status sizes = rx->SizeAgreement();
+  EXPECT_EQ(sizes.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(sizes.message().find("100"), absl::string_view::npos) << sizes;
+  EXPECT_NE(sizes.message().find("200"), absl::string_view::npos) << sizes;
+  EXPECT_EQ(rx->Repair(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1)),
+            PhaseEnd::kPeerFailed);
+  EXPECT_EQ(notices, 1);
+  EXPECT_EQ(receiver.counters().size_mismatch_packets, 1u);
+  EXPECT_EQ(receiver.counters().applied_packets, 0u);
+}
+
+TEST(BoundedReceiverSizes, ANoticeOfAnotherSizeFailsAReceiveWithoutARegionForItsSender) {
+  BoundedReceiver receiver;
+  std::vector<char> a(100);
+  auto rx = receiver.Post(6, {{1, a.data(), 100}}, nullptr, /*op_bytes=*/300);
+  // Rank 2 sends this rank nothing in this phase; its notice states its allreduce size.
+  receiver.OnData(6, 2, 0, nullptr, 0, false, false, /*total=*/0, /*op_bytes=*/200);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kPeerFailed);
+  const absl::Status sizes = rx->SizeAgreement();
+  EXPECT_NE(sizes.message().find("rank 2 allreduces 200 bytes, this rank 300"),
+            absl::string_view::npos)
+      << sizes;
+  EXPECT_EQ(receiver.counters().unknown_peer_packets, 0u);
+}
+
+TEST(BoundedReceiverSizes, AgreeingSizesAndNoticesChangeNothing) {
+  BoundedReceiver receiver;
+  std::vector<char> a(100);
+  auto rx = receiver.Post(7, {{1, a.data(), 100}}, nullptr, /*op_bytes=*/300);
+  receiver.OnData(7, 2, 0, nullptr, 0, false, false, /*total=*/0, /*op_bytes=*/300);
+  const std::vector<char> data(100, 7);
+  receiver.OnData(7, 1, 0, data.data(), 100, true, false, /*total=*/100, /*op_bytes=*/300);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kComplete);
+  EXPECT_TRUE(rx->SizeAgreement().ok());
+  EXPECT_EQ(a, data);
+  EXPECT_EQ(receiver.counters().size_mismatch_packets, 0u);
+}
+
+TEST(BoundedReceiverSizes, AStagedPayloadOfAnotherSizeFailsTheReceiveAtItsPost) {
+  BoundedReceiver receiver;
+  const std::vector<char> data(100, 7);
+  receiver.OnData(8, 1, 0, data.data(), 100, true, false, /*total=*/100, /*op_bytes=*/800);
+  std::vector<char> a(100, 0);
+  auto rx = receiver.Post(8, {{1, a.data(), 100}}, nullptr, /*op_bytes=*/400);
+  EXPECT_EQ(rx->SizeAgreement().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(rx->Wait(Clock::now() + std::chrono::seconds(60), std::chrono::hours(1), 0),
+            PhaseEnd::kPeerFailed);
+  EXPECT_EQ(a, std::vector<char>(100, 0));
+}
+
 }  // namespace
 }  // namespace transport
 }  // namespace optireduce

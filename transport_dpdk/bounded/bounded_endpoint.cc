@@ -16,8 +16,9 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
       incast_(engine_->ContextSize(ctx) - 1, engine_->BoundedSenders(ctx)) {
   BoundedHooks hooks;
   hooks.on_data = [this](int src, uint64_t op, uint64_t offset, const uint8_t* data,
-                         size_t len, bool last, bool estimated) {
-    receiver_.OnData(op, src, offset, data, len, last, estimated);
+                         size_t len, bool last, bool estimated, uint64_t total,
+                         uint64_t op_bytes) {
+    receiver_.OnData(op, src, offset, data, len, last, estimated, total, op_bytes);
   };
   hooks.read_source = [this](uint64_t op, int peer, const BoundedSources::ReadFn& fn) {
     return sources_.TryWith(op, peer, fn);
@@ -52,22 +53,54 @@ BoundedEndpoint::~BoundedEndpoint() {
   engine_->SetBoundedHooks(ctx_, BoundedHooks());
 }
 
+void BoundedEndpoint::BeginOperation(uint64_t op, uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(sizes_mu_);
+  const uint64_t key = op & ~uint64_t{1};
+  for (auto& entry : sizes_) {
+    if (entry.first == key) {
+      entry.second = bytes;
+      return;
+    }
+  }
+  sizes_.emplace_back(key, bytes);
+  if (sizes_.size() > kSizesKept) sizes_.pop_front();
+}
+
+uint64_t BoundedEndpoint::OperationBytes(uint64_t op) const {
+  std::lock_guard<std::mutex> lock(sizes_mu_);
+  const uint64_t key = op & ~uint64_t{1};
+  for (const auto& entry : sizes_) {
+    if (entry.first == key) return entry.second;
+  }
+  return 0;
+}
+
 std::unique_ptr<BoundedReceive> BoundedEndpoint::PostReceive(
     uint64_t op, std::vector<BoundedRegion> regions) {
-  return receiver_.Post(op, std::move(regions),
-                        [this](int peer, uint64_t op, const std::vector<ByteRange>& missing) {
-                          std::vector<std::pair<uint64_t, uint64_t>> ranges;
-                          ranges.reserve(missing.size());
-                          for (const ByteRange& r : missing) ranges.emplace_back(r.begin, r.end);
-                          // A failed request is like a lost one: the wait runs out.
-                          (void)engine_->RequestRepair(ctx_, peer, op, ranges);
-                        });
+  const uint64_t op_bytes = OperationBytes(op);
+  return receiver_.Post(
+      op, std::move(regions),
+      [this](int peer, uint64_t op, const std::vector<ByteRange>& missing) {
+        std::vector<std::pair<uint64_t, uint64_t>> ranges;
+        ranges.reserve(missing.size());
+        for (const ByteRange& r : missing) ranges.emplace_back(r.begin, r.end);
+        // A failed request is like a lost one: the wait runs out.
+        (void)engine_->RequestRepair(ctx_, peer, op, ranges);
+      },
+      op_bytes,
+      [this, op_bytes](uint64_t op) {
+        // Both phases: a peer may wait in either. A failed context sends nothing; its
+        // peers learn of the failure from the context instead.
+        (void)engine_->SendBoundedNotice(ctx_, op, op_bytes);
+        (void)engine_->SendBoundedNotice(ctx_, SiblingPhaseOp(op), op_bytes);
+      });
 }
 
 void BoundedEndpoint::Send(int peer, uint64_t op, const void* src, size_t nbytes,
                            bool estimated) {
   sources_.Register(op, peer, src, nbytes, estimated);
-  const absl::Status status = engine_->SendBounded(ctx_, peer, op, nbytes);
+  const absl::Status status =
+      engine_->SendBounded(ctx_, peer, op, nbytes, OperationBytes(op));
   if (!status.ok()) {
     // The caller's memory must not be read after the exception: nothing of `op` is served
     // any more (its peers' repairs are answered "gone" and they compensate).

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <vector>
@@ -25,6 +26,7 @@ class BoundedEndpoint : public BoundedChannel {
   BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx);
   ~BoundedEndpoint() override;
 
+  void BeginOperation(uint64_t op, uint64_t bytes) override;
   std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
                                               std::vector<BoundedRegion> regions) override;
   void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override;
@@ -58,6 +60,12 @@ class BoundedEndpoint : public BoundedChannel {
   BoundedSources sources_;
   std::mutex incast_mu_;  // orders OnOperationDone's update of the engine's limit
   IncastControl incast_;
+  // The allreduce size of recent operations (BeginOperation), by phase-1 id, oldest first;
+  // a few are kept (operations run at once on several threads).
+  uint64_t OperationBytes(uint64_t op) const;
+  mutable std::mutex sizes_mu_;
+  std::deque<std::pair<uint64_t, uint64_t>> sizes_;
+  static constexpr size_t kSizesKept = 64;
 };
 
 }  // namespace transport

@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <string>
+
+#include "absl/strings/str_cat.h"
 
 namespace optireduce {
 namespace transport {
@@ -12,8 +15,12 @@ using Clock = BoundedClock;
 class BoundedReceiver::Receive : public BoundedReceive {
  public:
   Receive(BoundedReceiver* owner, uint64_t op, std::unique_ptr<Posted> posted,
-          RepairRequest repair)
-      : owner_(owner), op_(op), posted_(std::move(posted)), repair_(std::move(repair)) {}
+          RepairRequest repair, SizeNotice notice)
+      : owner_(owner),
+        op_(op),
+        posted_(std::move(posted)),
+        repair_(std::move(repair)),
+        notice_(std::move(notice)) {}
 
   ~Receive() override {
     std::lock_guard<std::mutex> lock(owner_->mu_);
@@ -22,11 +29,32 @@ class BoundedReceiver::Receive : public BoundedReceive {
 
   PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet,
                 double peer_factor) override {
-    std::unique_lock<std::mutex> lock(owner_->mu_);
-    const PhaseEnd end = WaitLocked(lock, deadline, quiet, peer_factor, std::nullopt);
-    // The caller reads the regions from now on (interface contract): no more writes.
-    posted_->accepting = false;
+    PhaseEnd end;
+    {
+      std::unique_lock<std::mutex> lock(owner_->mu_);
+      end = WaitLocked(lock, deadline, quiet, peer_factor, std::nullopt);
+      // The caller reads the regions from now on (interface contract): no more writes.
+      posted_->accepting = false;
+    }
+    NoticeMismatch();
     return end;
+  }
+
+  // The first time this receive learns that the sizes differ, every peer is told: a rank
+  // that received nothing wrong itself (its own size matches the packets it got) learns
+  // it from the notice of a rank whose size differs from its own.
+  void NoticeMismatch() {
+    {
+      std::lock_guard<std::mutex> lock(owner_->mu_);
+      if (posted_->mismatch.ok() || noticed_) return;
+      noticed_ = true;
+    }
+    if (notice_) notice_(op_);
+  }
+
+  absl::Status SizeAgreement() const override {
+    std::lock_guard<std::mutex> lock(owner_->mu_);
+    return posted_->mismatch;
   }
 
   // With `settle_grace` (repairs): also returns (kDeadline) once every incomplete region's
@@ -35,6 +63,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
                       std::chrono::microseconds quiet, double peer_factor,
                       std::optional<std::chrono::microseconds> settle_grace) {
     for (;;) {
+      if (!posted_->mismatch.ok()) return PhaseEnd::kPeerFailed;
       bool complete = true;
       bool done_or_given_up = true;  // complete, but for regions given up
       bool all_last = true;
@@ -127,6 +156,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
                                       not_started_grace);
       if (end == PhaseEnd::kPeerFailed) {
         posted_->accepting = false;
+        lock.unlock();
+        NoticeMismatch();
         return end;
       }
       // kPeerTimeout here (no peer factor): complete but for the regions given up.
@@ -213,6 +244,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
   const uint64_t op_;
   std::unique_ptr<Posted> posted_;
   RepairRequest repair_;
+  SizeNotice notice_;
+  bool noticed_ = false;  // under the owner's lock
 };
 
 BoundedReceiver::BoundedReceiver() : BoundedReceiver(Options()) {}
@@ -222,8 +255,10 @@ BoundedReceiver::~BoundedReceiver() = default;
 
 std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
                                                       std::vector<BoundedRegion> regions,
-                                                      RepairRequest repair) {
+                                                      RepairRequest repair, uint64_t op_bytes,
+                                                      SizeNotice notice) {
   auto posted = std::make_unique<Posted>();
+  posted->op_bytes = op_bytes;
   std::lock_guard<std::mutex> lock(mu_);
   for (const BoundedRegion& spec : regions) {
     posted->regions.push_back(Region{});
@@ -252,22 +287,52 @@ std::unique_ptr<BoundedReceive> BoundedReceiver::Post(uint64_t op,
     for (Staged& s : it->second) {
       staged_bytes_ -= s.bytes.size() + kStagedPacketCost;
       staged_count_--;
-      ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last, s.estimated);
+      ApplyLocked(*posted, s.src, s.offset, s.bytes.data(), s.bytes.size(), s.last, s.estimated,
+                  s.total, s.op_bytes);
       RecycleLocked(std::move(s.bytes));
     }
     staged_.erase(it);
     staged_order_.erase(std::find_if(staged_order_.begin(), staged_order_.end(),
                                      [op](const auto& e) { return e.first == op; }));
   }
-  return std::make_unique<Receive>(this, op, std::move(posted), std::move(repair));
+  return std::make_unique<Receive>(this, op, std::move(posted), std::move(repair),
+                                   std::move(notice));
+}
+
+bool BoundedReceiver::SizesAgreeLocked(Posted& posted, const Region* region, int src,
+                                       uint64_t total, uint64_t op_bytes) {
+  std::string why;
+  if (op_bytes != 0 && posted.op_bytes != 0 && op_bytes != posted.op_bytes) {
+    why = absl::StrCat("rank ", src, " allreduces ", op_bytes, " bytes, this rank ",
+                       posted.op_bytes, " bytes");
+  } else if (region != nullptr && total != 0 && total != region->spec.nbytes) {
+    why = absl::StrCat("rank ", src, " sent a shard of ", total, " bytes where this rank",
+                       posted.op_bytes != 0 ? absl::StrCat(" (", posted.op_bytes, " bytes)")
+                                            : std::string(),
+                       " expects ", region->spec.nbytes, " bytes");
+  } else {
+    return true;
+  }
+  counters_.size_mismatch_packets++;
+  if (posted.mismatch.ok()) {
+    posted.mismatch = absl::InvalidArgumentError(
+        absl::StrCat("the ranks allreduce different sizes: ", why));
+    cv_.notify_all();
+  }
+  return false;
 }
 
 void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data,
-                                  size_t len, bool last, bool estimated) {
+                                  size_t len, bool last, bool estimated, uint64_t total,
+                                  uint64_t op_bytes) {
   Region* region = nullptr;
   for (Region& r : posted.regions) {
     if (r.spec.peer == src) region = &r;
   }
+  // Checked before anything else: a notice comes from a peer this receive may have no
+  // region for.
+  if (!SizesAgreeLocked(posted, region, src, total, op_bytes)) return;
+  if (len == 0 && total == 0 && op_bytes != 0) return;  // a notice whose size agrees
   if (region == nullptr) {
     counters_.unknown_peer_packets++;
     return;
@@ -321,7 +386,8 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
 }
 
 void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
-                             size_t len, bool last, bool estimated) {
+                             size_t len, bool last, bool estimated, uint64_t total,
+                             uint64_t op_bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   if (failed_peers_.contains(src)) {
     counters_.failed_peer_packets++;
@@ -333,7 +399,7 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
       counters_.stale_packets++;
       return;
     }
-    ApplyLocked(*it->second, src, offset, data, len, last, estimated);
+    ApplyLocked(*it->second, src, offset, data, len, last, estimated, total, op_bytes);
     return;
   }
   if (closed_.contains(op)) {
@@ -364,7 +430,8 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   }
   auto& list = staged_[op];
   if (list.empty()) staged_order_.emplace_back(op, now);
-  list.push_back(Staged{src, offset, last, estimated, TakeBufferLocked(data, len)});
+  list.push_back(
+      Staged{src, offset, last, estimated, total, op_bytes, TakeBufferLocked(data, len)});
   staged_bytes_ += cost;
   staged_count_++;
   counters_.staged_packets++;

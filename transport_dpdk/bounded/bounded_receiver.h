@@ -8,6 +8,10 @@
 // bounded staging area (a fast peer, no barrier) and are applied at Post; for a closed op
 // (a straggler's late packets), or once Wait/Repair returned (the caller reads the
 // regions then), they are dropped and counted, never written.
+// Sizes: a payload whose sender's whole source differs from the region posted for it, or
+// whose stated allreduce size differs from this rank's, is never written: the ranks called
+// the operation with different sizes. The receive then fails (SizeAgreement names both
+// sizes), its waits end at once, and `notice` tells the peers.
 #pragma once
 
 #include <condition_variable>
@@ -37,6 +41,9 @@ struct BoundedReceiverCounters {
   uint64_t staging_overflow_packets = 0;  // dropped (or evicted) for the staging limits
   uint64_t staging_overflow_bytes = 0;    // their payload bytes
   uint64_t failed_peer_packets = 0;       // from a peer reported failed (FailPeer)
+  // Its sender's source length differs from the posted region, or its stated allreduce
+  // size from this rank's: the ranks' sizes differ.
+  uint64_t size_mismatch_packets = 0;
   uint64_t duplicate_bytes = 0;
   uint64_t absent_answers = 0;  // senders that said they cannot serve a repair
 };
@@ -46,6 +53,9 @@ class BoundedReceiver {
   // Asks `peer` to send the `missing` ranges of `op` again.
   using RepairRequest =
       std::function<void(int peer, uint64_t op, const std::vector<ByteRange>& missing)>;
+  // Tells every peer that the ranks' sizes of `op` differ (called once per receive, from
+  // the waiting thread, without the receiver's lock).
+  using SizeNotice = std::function<void(uint64_t op)>;
 
   struct Options {
     // Staging holds packets of operations not posted yet (this rank is behind its peers):
@@ -73,13 +83,17 @@ class BoundedReceiver {
   explicit BoundedReceiver(const Options& options);
   ~BoundedReceiver();
 
+  // `op_bytes`: the size of this rank's whole allreduce (0: not checked).
   std::unique_ptr<BoundedReceive> Post(uint64_t op, std::vector<BoundedRegion> regions,
-                                       RepairRequest repair);
+                                       RepairRequest repair, uint64_t op_bytes = 0,
+                                       SizeNotice notice = nullptr);
 
   // One payload of `op` from `src`: bytes [offset, offset + len) of that sender's region;
-  // `estimated`: the sender marked them as an estimate (BoundedChannel::Send).
+  // `estimated`: the sender marked them as an estimate (BoundedChannel::Send). `total`:
+  // the length of the sender's whole source (0: not stated, a notice); `op_bytes`: the
+  // size of the sender's whole allreduce (0: not stated).
   void OnData(uint64_t op, int src, uint64_t offset, const void* data, size_t len, bool last,
-              bool estimated = false);
+              bool estimated = false, uint64_t total = 0, uint64_t op_bytes = 0);
 
   // `src` cannot serve repairs of `op`: its sources are released (the data never
   // comes), or `not_started` (it has not called this operation yet).
@@ -135,17 +149,24 @@ class BoundedReceiver {
     // False once Wait or Repair returned (until the next Repair): the caller reads the
     // regions then, so late payloads are dropped (counted stale), never written.
     bool accepting = true;
+    uint64_t op_bytes = 0;  // this rank's allreduce size (0: not checked)
+    absl::Status mismatch;  // the first payload that showed the sizes differ
   };
   struct Staged {
     int src;
     uint64_t offset;
     bool last;
     bool estimated;
+    uint64_t total;
+    uint64_t op_bytes;
     std::vector<char> bytes;
   };
 
   void ApplyLocked(Posted& posted, int src, uint64_t offset, const void* data, size_t len,
-                   bool last, bool estimated);
+                   bool last, bool estimated, uint64_t total, uint64_t op_bytes);
+  // False (and the receive failed, counted) when the payload shows the sizes differ.
+  bool SizesAgreeLocked(Posted& posted, const Region* region, int src, uint64_t total,
+                        uint64_t op_bytes);
   void CloseLocked(uint64_t op);
   // Drops every staged packet of `op` (counted as overflow).
   void EvictStagedLocked(uint64_t op);
