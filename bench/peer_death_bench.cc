@@ -2,11 +2,14 @@
 // ours (udp, dpdk over memif), and the idle CPU of a device with one live and one dead peer.
 //
 //   peer_death_bench [--trials=20] [--devices=tcp,udp,dpdk] [--csv=FILE]
+//                    [--stop_timeout_ms=3000] [--worker=PATH]
 //
 // Each trial runs 3 ranks of peer_death_worker (tests/transport) on this host: allreduce in
-// a loop, rank 2 SIGKILLed (or SIGSTOPped: a host that stops answering, no ICMP, no FIN)
-// between collectives, 120 s op timeout. Time = survivor's exception - victim's death (wall
-// clock, both ranks of each trial). Prints a table; --csv also writes one row per sample.
+// a loop, rank 2 SIGKILLed between collectives with a 120 s op timeout (a death: found by
+// the device), or SIGSTOPped (a host that stops answering, no ICMP, no FIN: not a death,
+// the op timeout decides) with a --stop_timeout_ms op timeout. Time = survivor's exception
+// - victim's death (wall clock, both ranks of each trial). Prints a table; --csv also writes
+// one row per sample. --worker runs another build's peer_death_worker (before/after).
 //
 // A killed process's sockets close only after the kernel freed its memory (about 7 ms per
 // 100 MiB touched here), and a DPDK rank holds its mbuf pools: when tcp and dpdk are both
@@ -56,8 +59,8 @@ struct Trial {
 
 // One 3-rank run; victim 2.
 // ballast_mib: every rank holds that much touched memory (0: none).
-Trial Run(const std::string& device, const std::string& op, const std::string& how,
-          long ballast_mib = 0) {
+Trial Run(const std::string& worker, const std::string& device, const std::string& op,
+          const std::string& how, long timeout_ms, long ballast_mib = 0) {
   Trial t;
   char tmpl[] = "/tmp/optireduce_death_bench_XXXXXX";
   if (!mkdtemp(tmpl)) {
@@ -70,10 +73,10 @@ Trial Run(const std::string& device, const std::string& op, const std::string& h
   std::vector<pid_t> pids;
   for (int r = 0; r < n; ++r) {
     std::vector<std::string> argv = {
-        PEER_DEATH_WORKER_PATH, "--rank=" + std::to_string(r), "--size=3",
+        worker, "--rank=" + std::to_string(r), "--size=3",
         "--store=" + dir + "/store", "--info=" + dir + "/info", "--memif_dir=" + dir + "/memif",
         "--victim=2", "--device=" + device, "--op=" + op, "--at=between", "--how=" + how,
-        "--timeout_ms=120000"};
+        "--timeout_ms=" + std::to_string(timeout_ms)};
     if (ballast_mib > 0) argv.push_back("--ballast_mb=" + std::to_string(ballast_mib));
     pids.push_back(optireduce::testing::SpawnProcess(argv));
   }
@@ -125,16 +128,24 @@ Trial Run(const std::string& device, const std::string& op, const std::string& h
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::map<std::string, std::string> args = {{"trials", "20"}, {"devices", "tcp,udp,dpdk"}};
+  std::map<std::string, std::string> args = {{"trials", "20"},
+                                             {"devices", "tcp,udp,dpdk"},
+                                             {"stop_timeout_ms", "3000"},
+                                             {"worker", PEER_DEATH_WORKER_PATH}};
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     if (a.rfind("--", 0) != 0 || a.find('=') == std::string::npos) {
-      fprintf(stderr, "usage: %s [--trials=20] [--devices=tcp,udp,dpdk] [--csv=FILE]\n", argv[0]);
+      fprintf(stderr,
+              "usage: %s [--trials=20] [--devices=tcp,udp,dpdk] [--csv=FILE] "
+              "[--stop_timeout_ms=3000] [--worker=PATH]\n",
+              argv[0]);
       return 2;
     }
     args[a.substr(2, a.find('=') - 2)] = a.substr(a.find('=') + 1);
   }
   const int trials = std::stoi(args["trials"]);
+  const long stop_timeout_ms = std::stol(args["stop_timeout_ms"]);
+  const std::string worker = args["worker"];
   std::vector<std::string> devices;
   std::stringstream ss(args["devices"]);
   for (std::string d; std::getline(ss, d, ',');) devices.push_back(d);
@@ -142,9 +153,11 @@ int main(int argc, char** argv) {
   if (csv) fprintf(csv, "device,how,trial,survivor_ms,victim_rss_mib\n");
 
   printf("peer death -> survivors' gloo::IoException (3 ranks, allreduce loop, rank 2 dies "
-         "between collectives, op timeout 120 s; %d trials, both survivors each)\n\n", trials);
-  printf("| device | death | victim RSS MiB | samples | median ms | max ms | failed trials |\n");
-  printf("|---|---|---:|---:|---:|---:|---:|\n");
+         "between collectives; %d trials, both survivors each; worker %s)\n\n", trials,
+         worker.c_str());
+  printf("| device | death | op timeout s | victim RSS MiB | samples | median ms | max ms | "
+         "failed trials |\n");
+  printf("|---|---|---:|---:|---:|---:|---:|---:|\n");
   struct Row {
     std::string device, how;
     long ballast_mib = 0;
@@ -152,8 +165,8 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (const std::string& device : devices) {
     rows.push_back({device, "kill"});
-    // SIGSTOP: no FIN, no ICMP — only our probes notice (Gloo TCP would wait for its timeout).
-    if (device != "tcp") rows.push_back({device, "stop"});
+    // SIGSTOP: no FIN, no ICMP — not a death: the op timeout decides, as on Gloo TCP.
+    rows.push_back({device, "stop"});
   }
   const bool match_dpdk =
       std::count(devices.begin(), devices.end(), "tcp") && std::count(devices.begin(), devices.end(), "dpdk");
@@ -170,7 +183,8 @@ int main(int argc, char** argv) {
     std::vector<long> rss;
     int failed = 0;
     for (int k = 0; k < trials; ++k) {
-      Trial t = Run(device, "allreduce", how, row.ballast_mib);
+      const long timeout_ms = how == "stop" ? stop_timeout_ms : 120000;
+      Trial t = Run(worker, device, "allreduce", how, timeout_ms, row.ballast_mib);
       if (!t.ok) {
         ++failed;
         fprintf(stderr, "%s %s trial %d: %s\n", device.c_str(), how.c_str(), k, t.note.c_str());
@@ -192,8 +206,9 @@ int main(int argc, char** argv) {
     std::sort(rss.begin(), rss.end());
     const double median = all.empty() ? -1 : all[all.size() / 2];
     const double max = all.empty() ? -1 : all.back();
-    printf("| %s | %s | %ld | %zu | %.0f | %.0f | %d |\n", device.c_str(),
-           how == "kill" ? "SIGKILL" : "SIGSTOP", rss.empty() ? -1 : rss[rss.size() / 2],
+    printf("| %s | %s | %.0f | %ld | %zu | %.0f | %.0f | %d |\n", device.c_str(),
+           how == "kill" ? "SIGKILL" : "SIGSTOP",
+           (how == "stop" ? stop_timeout_ms : 120000) / 1000.0, rss.empty() ? -1 : rss[rss.size() / 2],
            all.size(), median, max, failed);
     fflush(stdout);
   }
@@ -202,7 +217,7 @@ int main(int argc, char** argv) {
          "(%% of one core; progress thread / whole process)\n\n");
   printf("| device | rank | progress thread %% | process %% |\n|---|---:|---:|---:|\n");
   for (const std::string& device : devices) {
-    Trial t = Run(device, "idle", "kill");
+    Trial t = Run(worker, device, "idle", "kill", 120000);
     if (!t.ok) {
       printf("| %s | - | run failed: %s | |\n", device.c_str(), t.note.c_str());
       continue;

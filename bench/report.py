@@ -348,8 +348,9 @@ def section_failure(a, d):
     shown = [rel_bin(c) for c in cmd[:-1]] + ["--csv=" + rel(csv_path)]
     lines = stamp(shown) + [
         "3 ranks (processes on one host), an allreduce loop, rank 2 dies between collectives "
-        "(SIGKILL; SIGSTOP: a process that stops answering, no FIN, no ICMP), op timeout "
-        "120 s; time from the death to each survivor's gloo::IoException. A killed "
+        "(SIGKILL, op timeout 120 s; SIGSTOP: a process that stops answering, no FIN, no "
+        "ICMP — not a death: the op timeout, 3 s, decides on every device); time from the "
+        "death to each survivor's gloo::IoException. A killed "
         "process's sockets close only after the kernel freed its memory, so the last row "
         "runs Gloo TCP with a victim holding as much resident memory as the dpdk victims "
         "(their mbuf pools). The second table: a device with one live and one dead peer, "

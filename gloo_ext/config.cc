@@ -82,10 +82,11 @@ const std::vector<VariableDoc>& Table() {
        "datagram devices: injected faults on receive (tests, lab)"},
       {"OPTIREDUCE_SESSION_TOKEN", "", "unsigned 64-bit integer",
        "datagram devices: per-job packet token (default 0 = agreed at connect)"},
-      {"OPTIREDUCE_PEER_DEAD_MS", "", "integer 10..3600000 (milliseconds)",
-       "datagram devices: a peer that operations are pending with and that answers no probe "
-       "this long, or whose address reports ICMP port unreachable, is gone: its context "
-       "fails with gloo::IoException naming it (default 1000)"},
+      {"OPTIREDUCE_PEER_DEAD_MS", "", "0 or integer 10..3600000 (milliseconds)",
+       "datagram devices: a silence bound: a peer that operations are pending with and that "
+       "answers no probe this long is gone and its context fails with gloo::IoException "
+       "naming it (default 0 = none: silence fails nothing, the operation's timeout "
+       "decides, as on Gloo's TCP; a proven death fails it at once either way)"},
       {"OPTIREDUCE_REDIS_URL", "", "redis://[[user:]password@]host[:port][/db]",
        "Redis rendezvous endpoint"},
       {"OPTIREDUCE_RUN_ID", "", "string", "Redis rendezvous: names this run of the job"},
@@ -393,7 +394,13 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
     return s;
   }
   v = c.peer_dead_ms;
-  if (auto s = r.Uint("OPTIREDUCE_PEER_DEAD_MS", "", 10, 3600000, &v); !s.ok()) return s;
+  constexpr absl::string_view kPeerDeadAllowed = "0 (no bound) or an integer in [10, 3600000]";
+  if (auto s = r.Uint("OPTIREDUCE_PEER_DEAD_MS", "", 0, 3600000, &v, kPeerDeadAllowed); !s.ok()) {
+    return s;
+  }
+  if (v > 0 && v < 10) {
+    return Invalid("OPTIREDUCE_PEER_DEAD_MS", absl::StrCat(v), kPeerDeadAllowed);
+  }
   c.peer_dead_ms = static_cast<uint32_t>(v);
 
   if (auto s = r.String("OPTIREDUCE_REDIS_URL", "", &c.redis_url); !s.ok()) return s;

@@ -94,7 +94,7 @@ struct Config {
   // Both datagram devices.
   std::string faults;           // fault injection spec (validated here)
   uint64_t session_token = 0;   // 0 = agreed per job at connect time
-  uint32_t peer_dead_ms = 1000;  // peer liveness bound (EngineOptions::peer_dead)
+  uint32_t peer_dead_ms = 0;  // silence bound, 0: none (EngineOptions::peer_dead)
 
   // Redis rendezvous (gloo_ext/redis_options.h; optireduce.RedisStore reads the same names).
   std::string redis_url;  // validated here when set; the password is never printed

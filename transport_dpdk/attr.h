@@ -67,11 +67,13 @@ struct EngineOptions {
   // linger_max. The device destructor waits for lingering contexts.
   std::chrono::microseconds linger_quiet{400000};  // 2 x max_rto
   std::chrono::microseconds linger_max{2000000};
-  // Peer liveness (reliable/peer_liveness.h): a peer that something is pending
-  // with and that stays silent this long (PINGs unanswered), or whose address
-  // the network reports unreachable, is gone: the context fails (every pending
-  // and later operation raises gloo::IoException naming it). 0: env
-  // OPTIREDUCE_PEER_DEAD_MS (milliseconds, 10..3600000), else 1000 ms.
+  // Silence bound of peer liveness (reliable/peer_liveness.h): a peer that
+  // something is pending with and that stays silent this long (PINGs unanswered)
+  // is gone: the context fails (every pending and later operation raises
+  // gloo::IoException naming it). 0 (the default): no bound — silence fails
+  // nothing, each wait's timeout decides, as on Gloo's TCP transport. A proven
+  // death (a verified unreachable report) fails the context at once either way.
+  // Otherwise 10..3600000 ms; gloo_ext sets it from OPTIREDUCE_PEER_DEAD_MS.
   std::chrono::milliseconds peer_dead{0};
 };
 

@@ -37,11 +37,11 @@ std::string RanksToString(const std::vector<int>& r) {
   return absl::StrCat("[", absl::StrJoin(r, ","), "]");
 }
 
-// EngineOptions::peer_dead (0: the default, 1000 ms); gloo_ext fills it from
+// EngineOptions::peer_dead (0: no silence bound); gloo_ext fills it from
 // OPTIREDUCE_PEER_DEAD_MS.
 absl::StatusOr<std::chrono::milliseconds> ResolvePeerDead(std::chrono::milliseconds configured) {
   constexpr long kMin = 10, kMax = 3600000;
-  if (configured.count() == 0) return std::chrono::milliseconds(1000);
+  if (configured.count() == 0) return configured;
   if (configured.count() < kMin || configured.count() > kMax) {
     return absl::InvalidArgumentError(absl::StrCat(
         "engine options: peer_dead ", configured.count(), " ms outside [", kMin, ", ", kMax,

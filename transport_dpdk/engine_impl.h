@@ -45,9 +45,11 @@ struct Engine::Impl {
     max_payload = io->MaxDatagram() - kHeaderBytes;
     bounded_payload = static_cast<uint32_t>(
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
-    liveness_every = std::clamp<Clock::duration>(opts.peer_dead / 16, std::chrono::milliseconds(1),
+    liveness_cadence = PeerLiveness::Cadence(opts.peer_dead);
+    liveness_every = std::clamp<Clock::duration>(liveness_cadence / 16,
+                                                 std::chrono::milliseconds(1),
                                                  std::chrono::milliseconds(50));
-    liveness_first = std::min(liveness_every, PeerLiveness::FirstProbe(opts.peer_dead));
+    liveness_first = std::min(liveness_every, PeerLiveness::FirstProbe(liveness_cadence));
   }
 
   std::unique_ptr<PacketIo> io;
@@ -119,7 +121,9 @@ struct Engine::Impl {
   uint32_t bounded_payload = 0;
   double bounded_tokens = 0;
   Clock::time_point bounded_refill{};
-  // Peer liveness: how often peers are judged, and when next.
+  // Peer liveness: what the probe intervals derive from (PeerLiveness::Cadence), how
+  // often peers are judged, and when next.
+  std::chrono::milliseconds liveness_cadence{};
   Clock::duration liveness_every{};
   // How soon a newly posted receive's sources are first judged (PeerLiveness's
   // short probe interval).
@@ -190,6 +194,8 @@ struct Engine::Impl {
 
   // ---- peer liveness and context failure ----
   void TakeUnreachable();
+  // Whether a backend's unreachable report proves peer `p` of `c` gone (engine_liveness.cc).
+  bool ReportProvesGone(const Ctx& c, const Peer& p, const UnreachableReport& r) const;
   void CheckLiveness(Clock::time_point now);
   bool PendingWith(const Ctx& c, const Peer& p, const std::vector<char>& posted_from) const;
   void SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id);

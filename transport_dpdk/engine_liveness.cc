@@ -19,31 +19,65 @@ constexpr std::chrono::milliseconds kMinLivenessGap{1};
 }  // namespace
 
 void Engine::Impl::TakeUnreachable() {
-  PeerHandle gone[16];
-  const size_t n = io->TakeUnreachable(gone, 16);
+  UnreachableReport reports[16];
+  const size_t n = io->TakeUnreachable(reports, 16);
   for (size_t i = 0; i < n; ++i) {
+    const UnreachableReport& r = reports[i];
     for (auto& kv : contexts) {
       for (Peer& p : kv.second->peers) {
-        if (p.connected && p.handle == gone[i] && !p.live.unreachable()) {
-          // A peer of this context reported gone before is the likely cause: a survivor
-          // that failed on it and exited is reported too, and the ABORT naming the first
-          // may be lost with its link (memif rings vanish with the link).
-          for (const Peer& q : kv.second->peers) {
-            if (&q != &p && q.connected && q.live.unreachable() && q.gone_blame < 0 &&
-                p.gone_reason.empty()) {
-              p.gone_reason = absl::StrCat("peer rank ", q.rank, " is gone: ",
-                                           io->UnreachableCause(), " (and then rank ", p.rank,
-                                           " too)");
-              p.gone_blame = q.rank;
-            }
-          }
-          p.live.Unreachable();
-          Bump(stats.peers_unreachable);
+        if (!p.connected || p.handle != r.peer || p.live.unreachable()) continue;
+        if (!ReportProvesGone(*kv.second, p, r)) {
+          // Forged, quoting too little, or about a packet this context need not hear
+          // about: the peer is probed at once, and the answer (or a report that quotes the
+          // probe) tells.
+          p.live.ProbeSoon();
+          Bump(stats.unreachable_unproven);
+          continue;
         }
+        // A peer of this context reported gone before is the likely cause: a survivor
+        // that failed on it and exited is reported too, and the ABORT naming the first
+        // may be lost with its link (memif rings vanish with the link).
+        for (const Peer& q : kv.second->peers) {
+          if (&q != &p && q.connected && q.live.unreachable() && q.gone_blame < 0 &&
+              p.gone_reason.empty()) {
+            p.gone_reason = absl::StrCat("peer rank ", q.rank, " is gone: ",
+                                         io->UnreachableCause(), " (and then rank ", p.rank,
+                                         " too)");
+            p.gone_blame = q.rank;
+          }
+        }
+        p.live.Unreachable();
+        Bump(stats.peers_unreachable);
       }
     }
   }
-  if (n > 0) next_liveness = Clock::now();  // judge them in this iteration
+  if (n > 0) next_liveness = Clock::now();  // judge them (or probe them) in this iteration
+}
+
+bool Engine::Impl::ReportProvesGone(const Ctx& c, const Peer& p,
+                                    const UnreachableReport& r) const {
+  if (r.link_down) return true;
+  // The quoted datagram must be one this context sent this peer, which only a sender
+  // that knows the job's token can name (as TCP accepts an ICMP error only for a
+  // sequence number in flight): our header, the token, both ranks, the peer's context...
+  WireHeader h;
+  if (c.token == 0 ||
+      ParseQuotedHeader(r.quoted.data(), std::min<size_t>(r.quoted_len, kQuotedBytes), &h) !=
+          ParseError::kOk ||
+      h.session_token != c.token || h.src_rank != static_cast<uint32_t>(c.rank) ||
+      h.dst_rank != static_cast<uint32_t>(p.rank) || h.dst_context != p.remote_ctx) {
+    return false;
+  }
+  // ... and one it still awaits an answer to: a PING among the last ones sent (liveness
+  // or close probe), or a sequenced packet not yet acknowledged.
+  const auto type = static_cast<PacketType>(h.type);
+  if (type == PacketType::kPing) {
+    const uint64_t last = h.aux == kCloseProbe ? p.close_probe_id : p.pings;
+    return h.message_id <= last && last - h.message_id < kPingsInFlight;
+  }
+  const bool sequenced = !(h.flags & kFlagUnreliable) && type != PacketType::kAck &&
+                         type != PacketType::kPong && type != PacketType::kAbort;
+  return sequenced && h.seq >= p.unacked_base && h.seq < p.next_seq;
 }
 
 // Only what needs the peer counts: a message from it that arrived whole and
@@ -76,7 +110,7 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
   // not scheduled, and what it did not receive meanwhile may be queued.
   const bool stalled = last_liveness != Clock::time_point{} &&
                        now - last_liveness > std::max<Clock::duration>(4 * liveness_every,
-                                                                       opts.peer_dead / 4);
+                                                                       liveness_cadence / 4);
   last_liveness = now;
   std::vector<char> posted_from;
   for (auto& kv : contexts) {

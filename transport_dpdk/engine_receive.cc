@@ -108,8 +108,8 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
         Emit(p, pong, nullptr, 0);
         return;
       }
-      // A closing context does not answer: a peer still waiting for it learns
-      // that it is gone (its acks still answer retransmissions meanwhile).
+      // A closing context does not answer: nothing more comes from it for a peer
+      // still waiting (its acks still answer retransmissions meanwhile).
       if (!c.closing) SendLiveness(c, p, PacketType::kPong, h.message_id);
       return;
     case PacketType::kPong:

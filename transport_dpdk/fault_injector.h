@@ -92,7 +92,7 @@ class FaultInjector : public PacketIo {
   void Wake() override { inner_->Wake(); }
   void WakeWaiter() override { inner_->WakeWaiter(); }
   bool WakesOnInput() const override { return inner_->WakesOnInput(); }
-  size_t TakeUnreachable(PeerHandle* out, size_t max) override {
+  size_t TakeUnreachable(UnreachableReport* out, size_t max) override {
     return inner_->TakeUnreachable(out, max);
   }
   std::string UnreachableCause() const override { return inner_->UnreachableCause(); }

@@ -53,6 +53,21 @@ struct RxDatagram {
   uint32_t len = 0;
 };
 
+// A report that a peer cannot be reached (PacketIo::TakeUnreachable).
+inline constexpr size_t kQuotedBytes = 96;  // the engine's header (wire_format.h)
+struct UnreachableReport {
+  PeerHandle peer = 0;
+  // The backend saw its own path to the peer end (memif: the link went down): the report
+  // proves the peer gone. Otherwise it rests on a message from the network, which anyone
+  // who knows the addresses can forge (udp: an ICMP port unreachable from the socket's
+  // error queue), and `quoted` holds the first quoted_len bytes (at most kQuotedBytes) of
+  // the datagram it says could not be delivered: the engine believes it only if that is a
+  // datagram it sent to this peer and still expects an answer to.
+  bool link_down = false;
+  uint32_t quoted_len = 0;
+  std::array<uint8_t, kQuotedBytes> quoted{};
+};
+
 class PacketIo {
  public:
   virtual ~PacketIo() = default;
@@ -113,12 +128,10 @@ class PacketIo {
   // headers only (wire_format.h, kFlagHeaderChecksum). False is always safe.
   virtual bool ProtectsPayload() const { return false; }
 
-  // Peers the network reported unreachable since the last call (udp: ICMP
-  // port unreachable for a datagram we sent, read from the socket's error
-  // queue): the process behind that address is gone. Stores up to max handles
-  // in out and returns how many. Called like RxBurst (engine lock held); cheap
+  // Reports since the last call that a peer cannot be reached (UnreachableReport): stores
+  // up to max in out and returns how many. Called like RxBurst (engine lock held); cheap
   // when there is nothing to report. Backends without such reports return 0.
-  virtual size_t TakeUnreachable(PeerHandle* out, size_t max) {
+  virtual size_t TakeUnreachable(UnreachableReport* out, size_t max) {
     (void)out;
     (void)max;
     return 0;

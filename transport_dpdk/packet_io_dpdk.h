@@ -77,7 +77,7 @@ class DpdkPacketIo : public PacketIo {
   // A single shared port (NIC, af_packet) reports nothing: its link going down
   // says nothing about one peer, and a flap must not fail a job (Gloo's TCP
   // survives one); the engine's probes judge those peers.
-  size_t TakeUnreachable(PeerHandle* out, size_t max) override;
+  size_t TakeUnreachable(UnreachableReport* out, size_t max) override;
   std::string UnreachableCause() const override;
 
   struct Counters {

@@ -145,9 +145,13 @@ void DpdkPacketIo::WatchLinks() {
   }
 }
 
-size_t DpdkPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
+size_t DpdkPacketIo::TakeUnreachable(UnreachableReport* out, size_t max) {
   const size_t n = std::min(max, unreachable_.size());
-  std::copy(unreachable_.begin(), unreachable_.begin() + n, out);
+  for (size_t i = 0; i < n; ++i) {
+    out[i] = UnreachableReport{};
+    out[i].peer = unreachable_[i];
+    out[i].link_down = true;  // this rank's own memif link went down
+  }
   unreachable_.erase(unreachable_.begin(), unreachable_.begin() + n);
   return n;
 }

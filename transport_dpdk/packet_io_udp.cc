@@ -125,7 +125,8 @@ absl::StatusOr<std::unique_ptr<UdpPacketIo>> UdpPacketIo::Create(
 
   // ICMP errors for datagrams we send go to the error queue with the address
   // they were sent to; an unconnected socket hears of them only this way. A
-  // port unreachable tells that a peer's process is gone (TakeUnreachable).
+  // port unreachable tells that a peer's process is gone if the datagram it
+  // quotes is one we sent (TakeUnreachable; the engine checks the quote).
   int recverr = 1;
   if (setsockopt(io->fd_, IPPROTO_IP, IP_RECVERR, &recverr, sizeof(recverr)) != 0) {
     return absl::InternalError(Errno("setsockopt(IP_RECVERR)"));
@@ -375,14 +376,16 @@ void UdpPacketIo::WaitAsWaiter(std::chrono::microseconds timeout) {
   if (PollFds(fds, 2, 0, timeout)) errors_pending_.store(true, std::memory_order_relaxed);
 }
 
-size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
+size_t UdpPacketIo::TakeUnreachable(UnreachableReport* out, size_t max) {
   if (!errors_pending_.exchange(false, std::memory_order_relaxed)) return 0;
   size_t n = 0;
   for (int budget = 256; budget > 0; --budget) {
     sockaddr_in from{};
     alignas(cmsghdr) char control[512];
-    char body[1];
-    iovec iov = {body, sizeof(body)};
+    // The kernel hands over the UDP payload of the datagram the ICMP message quotes (as
+    // much of it as the message carries): the engine's header comes first.
+    uint8_t quoted[kQuotedBytes];
+    iovec iov = {quoted, sizeof(quoted)};
     msghdr m{};
     m.msg_name = &from;
     m.msg_namelen = sizeof(from);
@@ -390,7 +393,8 @@ size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
     m.msg_iovlen = 1;
     m.msg_control = control;
     m.msg_controllen = sizeof(control);
-    if (recvmsg(fd_, &m, MSG_ERRQUEUE | MSG_DONTWAIT) < 0) break;  // EAGAIN: drained
+    const ssize_t got = recvmsg(fd_, &m, MSG_ERRQUEUE | MSG_DONTWAIT);
+    if (got < 0) break;  // EAGAIN: drained
     for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c)) {
       if (c->cmsg_level != IPPROTO_IP || c->cmsg_type != IP_RECVERR) continue;
       sock_extended_err e;
@@ -406,7 +410,11 @@ size_t UdpPacketIo::TakeUnreachable(PeerHandle* out, size_t max) {
       for (size_t i = 0; i < peers_.size() && n < max; ++i) {
         if (peers_[i].sin_port == from.sin_port &&
             peers_[i].sin_addr.s_addr == from.sin_addr.s_addr) {
-          out[n++] = static_cast<PeerHandle>(i);
+          UnreachableReport& r = out[n++];
+          r.peer = static_cast<PeerHandle>(i);
+          r.link_down = false;
+          r.quoted_len = static_cast<uint32_t>(got);
+          std::memcpy(r.quoted.data(), quoted, static_cast<size_t>(got));
         }
       }
     }

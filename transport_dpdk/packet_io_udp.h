@@ -37,8 +37,9 @@ class UdpPacketIo : public PacketIo {
   bool WakesOnInput() const override { return true; }
   // The kernel checksums every UDP datagram and drops those that fail.
   bool ProtectsPayload() const override { return true; }
-  // ICMP port-unreachable reports (IP_RECVERR error queue) mapped to peers.
-  size_t TakeUnreachable(PeerHandle* out, size_t max) override;
+  // ICMP port-unreachable reports (IP_RECVERR error queue) mapped to peers, with the
+  // start of the datagram each quotes.
+  size_t TakeUnreachable(UnreachableReport* out, size_t max) override;
   std::string UnreachableCause() const override {
     return "its address reported ICMP port unreachable (its socket is closed)";
   }

@@ -29,7 +29,7 @@ std::string Stats::ToString() const {
       bounded_tx_packets, " rx ", bounded_rx_packets, " repair req ",
       repair_requests_sent, "/", repair_requests_received, " absent ",
       repair_absent_sent, "/", repair_absent_received, "; liveness ping/pong ",
-      pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " dead ",
+      pings_sent, "/", pongs_received, " unreachable ", peers_unreachable, " (unproven ", unreachable_unproven, ") dead ",
       peers_dead, " failed ctx ", contexts_failed, "; bounded deferred ", bounded_tx_deferred,
       " repair merged ", repair_requests_merged, " dropped ", repair_requests_dropped,
       "; polls ", progress_polls, " (yielded ", progress_yields, ") sleeps ", progress_sleeps, " woken by input ",

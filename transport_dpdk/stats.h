@@ -47,10 +47,13 @@ namespace transport {
   X(bounded_tx_packets) X(bounded_rx_packets)                                            \
   X(repair_requests_sent) X(repair_requests_received)                                    \
   X(repair_absent_sent) X(repair_absent_received) /* "cannot serve" answers */           \
-  /* Peer liveness: probes and answers, ICMP port-unreachable reports mapped to a */     \
-  /* peer, peers declared gone, contexts failed (by a gone peer or a timed-out wait). */ \
+  /* Peer liveness: probes and answers, unreachable reports that proved a peer gone */   \
+  /* (a memif link down, ICMP quoting a datagram sent to it and in flight) and those */    \
+  /* that proved nothing (forged, or quoting too little: the peer is probed instead), */   \
+  /* peers declared gone, contexts failed (by a gone peer or a timed-out wait). */         \
   X(pings_sent) X(pongs_received)                                                        \
-  X(peers_unreachable) X(peers_dead) X(contexts_failed)                                  \
+  X(peers_unreachable) X(unreachable_unproven)                                           \
+  X(peers_dead) X(contexts_failed)                                                       \
   /* Bounded packets the device refused (TX backpressure) and that were sent again. */   \
   X(bounded_tx_deferred)                                                                 \
   /* Repair requests folded into one already queued for the same operation; dropped: */ \

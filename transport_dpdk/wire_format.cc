@@ -72,6 +72,30 @@ void Deserialise(const uint8_t* p, WireHeader* h) {
   h->reserved = Get32(p + 92);
 }
 
+// The checks of a header's own fields, whatever follows it.
+ParseError CheckFields(const WireHeader& h) {
+  if (h.magic != kMagic) return ParseError::kBadMagic;
+  if (h.version != kVersion) return ParseError::kBadVersion;
+  if (h.type < static_cast<uint8_t>(PacketType::kData) || h.type > kLastPacketType) {
+    return ParseError::kBadType;
+  }
+  if ((h.flags & ~uint16_t(kKnownFlags)) != 0) return ParseError::kBadFlags;
+  if ((h.flags & kFlagAckPiggyback) &&
+      ((h.flags & kFlagUnreliable) || h.type == static_cast<uint8_t>(PacketType::kAck))) {
+    return ParseError::kBadFlags;
+  }
+  if (h.reserved != 0) return ParseError::kBadReserved;
+  return ParseError::kOk;
+}
+
+// CRC32C of the header at data with its checksum field zeroed.
+uint32_t HeaderCrc(const uint8_t* data) {
+  uint8_t head[kHeaderBytes];
+  std::memcpy(head, data, kHeaderBytes);
+  Put32(head + 88, 0);
+  return Crc32cExtend(0, head, kHeaderBytes);
+}
+
 }  // namespace
 
 const char* ParseErrorName(ParseError e) {
@@ -107,24 +131,9 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
                          bool link_protects_payload) {
   if (len < kHeaderBytes) return ParseError::kTooShort;
   Deserialise(data, h);
-  if (h->magic != kMagic) return ParseError::kBadMagic;
-  if (h->version != kVersion) return ParseError::kBadVersion;
-  if (h->type < static_cast<uint8_t>(PacketType::kData) ||
-      h->type > kLastPacketType) {
-    return ParseError::kBadType;
-  }
-  if ((h->flags & ~uint16_t(kKnownFlags)) != 0) return ParseError::kBadFlags;
-  if ((h->flags & kFlagAckPiggyback) &&
-      ((h->flags & kFlagUnreliable) || h->type == static_cast<uint8_t>(PacketType::kAck))) {
-    return ParseError::kBadFlags;
-  }
-  if (h->reserved != 0) return ParseError::kBadReserved;
+  if (const ParseError e = CheckFields(*h); e != ParseError::kOk) return e;
   if (h->payload_length != len - kHeaderBytes) return ParseError::kBadLength;
-  // Checksum: recompute with the field zeroed.
-  uint8_t head[kHeaderBytes];
-  std::memcpy(head, data, kHeaderBytes);
-  Put32(head + 88, 0);
-  uint32_t crc = Crc32cExtend(0, head, kHeaderBytes);
+  uint32_t crc = HeaderCrc(data);
   if (h->flags & kFlagHeaderChecksum) {
     if (!link_protects_payload && h->payload_length > 0) return ParseError::kBadChecksum;
   } else {
@@ -151,6 +160,16 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
     default:
       if (h->payload_length != 0) return ParseError::kBadBounds;
       break;
+  }
+  return ParseError::kOk;
+}
+
+ParseError ParseQuotedHeader(const uint8_t* data, size_t len, WireHeader* h) {
+  if (len < kHeaderBytes) return ParseError::kTooShort;
+  Deserialise(data, h);
+  if (const ParseError e = CheckFields(*h); e != ParseError::kOk) return e;
+  if ((h->flags & kFlagHeaderChecksum) && HeaderCrc(data) != h->checksum) {
+    return ParseError::kBadChecksum;
   }
   return ParseError::kOk;
 }

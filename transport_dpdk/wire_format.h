@@ -189,6 +189,12 @@ void EncodeHeader(const WireHeader& h, const void* payload, size_t payload_len,
 ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
                          bool link_protects_payload = false);
 
+// Decodes the header of a datagram this side sent, as a network error report quotes it
+// back (ICMP carries the datagram's first bytes: payload and length cannot be checked).
+// The header's own fields are checked as ParseDatagram checks them, and its checksum
+// where it covers the header only (kFlagHeaderChecksum). kOk: *h holds the header.
+ParseError ParseQuotedHeader(const uint8_t* data, size_t len, WireHeader* h);
+
 std::string HeaderToString(const WireHeader& h);
 
 // kRepair payload: the byte ranges [begin, end) of the bounded operation to send

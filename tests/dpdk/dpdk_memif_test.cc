@@ -294,12 +294,16 @@ TEST(DpdkMemifBigFrames, ExactWithTheLargestBuffersOnFourRanks) {
   // than the EAL's 512 MiB for three: memif pools of big frames are bounded by bytes.
   // Bringing up three such links per rank (64 MiB of ring per direction, faulted in by
   // full-size primer frames ahead of the connect handshake) takes seconds on a loaded
-  // 2-core host; the default liveness bound (1 s) does not count that time as the peers'
-  // silence (DpdkPacketIo::LinkComingUp).
+  // 2-core host; a 1 s silence bound (set here: by default there is none) does not count
+  // that time as the peers' silence (DpdkPacketIo::LinkComingUp).
   TempDir dir("memif_max");
   const GlooCaseList list = StandardCases();
   auto errors = RunForked(
-      4, [&](int r) { return RunRank(dir.path(), r, 4, "", list, 65535, 65000 - 28); },
+      4,
+      [&](int r) {
+        return RunRank(dir.path(), r, 4, "", list, 65535, 65000 - 28,
+                       std::chrono::milliseconds(1000));
+      },
       std::chrono::seconds(120));
   for (auto& e : errors) ADD_FAILURE() << e;
 }

@@ -1,4 +1,5 @@
-// Fuzz target: transport::ParseDatagram, the first code every received datagram meets.
+// Fuzz target: transport::ParseDatagram, the first code every received datagram meets, and
+// ParseQuotedHeader (a datagram quoted back by an ICMP report).
 // Checks that an accepted datagram is self-consistent and re-encodes to the same bytes.
 // The input is parsed twice: as received, and with a valid CRC32C patched in, so the
 // fuzzer also explores the checks behind the checksum. The payload of an accepted REPAIR
@@ -63,6 +64,12 @@ void ParseAndCheck(const uint8_t* data, size_t size, bool link_protects_payload 
   if (static_cast<PacketType>(h.type) == PacketType::kRepair) {
     CheckRepairRanges(data + kHeaderBytes, h.payload_length);
   }
+  // A network error report quoting an accepted datagram decodes to the same header.
+  WireHeader quoted;
+  FUZZ_CHECK(optireduce::transport::ParseQuotedHeader(data, size, &quoted) == ParseError::kOk,
+             "accepted datagram refused as a quote");
+  FUZZ_CHECK(quoted.seq == h.seq && quoted.session_token == h.session_token,
+             "quote decodes differently");
   // Accepted headers round-trip exactly.
   std::vector<uint8_t> again(kHeaderBytes);
   EncodeHeader(h, data + kHeaderBytes, h.payload_length, again.data());
@@ -74,6 +81,9 @@ void ParseAndCheck(const uint8_t* data, size_t size, bool link_protects_payload 
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ParseAndCheck(data, size);
+  WireHeader quoted;
+  const ParseError quote_err = optireduce::transport::ParseQuotedHeader(data, size, &quoted);
+  FUZZ_CHECK(quote_err < ParseError::kCount, "quote error code %d", static_cast<int>(quote_err));
   if (size < kHeaderBytes) return 0;
   // The same bytes with a correct checksum (EncodeHeader computes it; the header fields
   // it writes come from a lenient decode of the input).

@@ -118,9 +118,10 @@ TEST(ConfigTest, MaxLoss) {
 }
 
 TEST(ConfigTest, PeerDeadMs) {
-  EXPECT_EQ(Parse({})->peer_dead_ms, 1000u);
+  EXPECT_EQ(Parse({})->peer_dead_ms, 0u);  // no silence bound: the op timeout decides
+  EXPECT_EQ(Parse({{"OPTIREDUCE_PEER_DEAD_MS", "0"}})->peer_dead_ms, 0u);
   EXPECT_EQ(Parse({{"OPTIREDUCE_PEER_DEAD_MS", "250"}})->peer_dead_ms, 250u);
-  for (const char* bad : {"5", "0", "-1", "soon", "3600001"}) {
+  for (const char* bad : {"5", "9", "-1", "soon", "3600001"}) {
     EXPECT_THAT(ErrorOf({{"OPTIREDUCE_PEER_DEAD_MS", bad}}),
                 AllOf(HasSubstr("OPTIREDUCE_PEER_DEAD_MS"), HasSubstr("[10, 3600000]")))
         << bad;

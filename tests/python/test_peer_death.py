@@ -1,14 +1,24 @@
 """A two-rank torch.distributed job (backend gloo, 120 s timeout) whose rank 1 dies after
-one allreduce: rank 0's next allreduce must raise within the liveness bound, on our UDP
-device as on Gloo's TCP device, naming the dead rank on ours; in OptiReduce mode too (past
-calibration, 4 MiB buckets), which absorbs lateness and loss but never a dead peer, over
-UDP and over DPDK (a memif link between the ranks)."""
+one allreduce: rank 0's next allreduce must raise within seconds (the death is proven: ICMP
+port unreachable quoting a probe, a memif link down), on our UDP device as on Gloo's TCP
+device, naming the dead rank on ours; in OptiReduce mode too (past calibration, 4 MiB
+buckets), which absorbs lateness and loss but never a dead peer, over UDP and over DPDK (a
+memif link between the ranks). And a forged ICMP port unreachable, which proves nothing,
+must not kill a job."""
 
 import json
+import os
+import socket
 
 import pytest
 
 from conftest import base_env, have_dpdk, memif_mesh_eal
+
+
+def free_udp_port():
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def survivor_of(run_job, env, args):
@@ -31,7 +41,7 @@ def test_survivor_raises_soon(run_job, transport, how):
     if transport != "TCP":
         env["GLOO_DEVICE_TRANSPORT"] = transport
     survivor, took = survivor_of(run_job, env, [how])
-    # Liveness bound 1 s (OPTIREDUCE_PEER_DEAD_MS); 5 s for a loaded machine. Never the 120 s.
+    # The death is proven within milliseconds; 5 s for a loaded machine. Never the 120 s.
     assert took < 5.0, (took, survivor["message"])
     if transport == "UDP":
         assert "peer rank 1" in survivor["message"], survivor["message"]
@@ -64,3 +74,26 @@ def test_optireduce_mode_over_dpdk_survivor_raises_soon(run_job, how):
     assert took < 5.0, (took, survivor["message"])
     assert "rank 1" in survivor["message"], survivor["message"]
     assert survivor["bounded_ops"] >= 1, survivor
+
+
+def test_forged_icmp_port_unreachable_does_not_kill_the_job(run_job):
+    """SECURITY.md: a forged ICMP port unreachable (from a raw socket, quoting a datagram
+    from rank 1's port to rank 0's, without the job's token) costs a probe, never the job:
+    rank 1 waits in recv while rank 0 computes 3 s and forges three; both ranks succeed."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root (a raw ICMP socket)")
+    ports = [free_udp_port(), free_udp_port()]
+    assert ports[0] != ports[1]
+
+    def rank_env(rank, job_dir):
+        return base_env(GLOO_ALGO="ring", GLOO_DEVICE_TRANSPORT="UDP",
+                        OPTIREDUCE_UDP_HOST="127.0.0.1", OPTIREDUCE_UDP_PORT_BASE=ports[rank],
+                        OPTIREDUCE_UDP_PORT_RANGE=1)
+
+    job = run_job("forged_icmp_worker.py", 2, rank_env, [str(p) for p in ports],
+                  expect_ok=False, timeout=100)
+    assert job.codes == [0, 0], f"exit {job.codes}\n{job.all_logs()}"
+    results = job.results()
+    assert results[0]["forged"] == 3, results
+    for r in range(2):
+        assert results[r]["ok"], (r, results[r]["error"])

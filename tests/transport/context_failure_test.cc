@@ -172,6 +172,36 @@ TEST(PeerLiveness, ProbesThenDeclaresASilentPendingPeerGoneAndNeverAnIdleOne) {
   EXPECT_EQ(u.Check(t0 + milliseconds(1), true), V::kDead);
 }
 
+// A report that proves nothing (ProbeSoon: a forged or unverifiable ICMP) brings the next
+// probe forward — at most one short interval after the last one — and never declares the
+// peer gone; the regular schedule goes on as before.
+TEST(PeerLiveness, AnUnprovenReportOnlyBringsTheNextProbeForward) {
+  using V = transport::PeerLiveness::Verdict;
+  transport::PeerLiveness l;  // no silence bound: probes 1 ms, then up to 125 ms apart
+  const auto t0 = Clock::time_point() + std::chrono::hours(1);
+  l.Connected(t0);
+  l.Heard(t0);
+  EXPECT_EQ(l.Check(t0, true), V::kAlive);
+  // Well into the long intervals: the next regular probe is 125 ms after the last.
+  auto t = t0;
+  for (int i = 0; i < 40; ++i) {
+    t = l.NextProbe();
+    ASSERT_EQ(l.Check(t, true), V::kProbe) << i;
+  }
+  ASSERT_EQ(l.NextProbe(), t + milliseconds(125));
+  l.ProbeSoon();
+  EXPECT_EQ(l.NextProbe(), t + milliseconds(1));
+  EXPECT_EQ(l.Check(t + std::chrono::microseconds(999), true), V::kAlive);
+  EXPECT_EQ(l.Check(t + milliseconds(1), true), V::kProbe);  // the early probe
+  EXPECT_EQ(l.NextProbe(), t + milliseconds(126));          // then the schedule as before
+  EXPECT_EQ(l.Check(t + milliseconds(2), true), V::kAlive);
+  EXPECT_FALSE(l.unreachable());
+  // Nothing pending: no probe, and the request does not outlive it.
+  l.ProbeSoon();
+  EXPECT_EQ(l.Check(t + milliseconds(3), false), V::kIdle);
+  EXPECT_EQ(l.Check(t + milliseconds(4), true), V::kAlive);
+}
+
 }  // namespace
 }  // namespace testing
 }  // namespace optireduce

@@ -7,7 +7,7 @@
 //                     --op=allreduce|optireduce|broadcast|barrier|sendrecv|recv_any|buffer_recv|idle
 //                     --at=before|during|between --how=exit|kill|stop
 //                     [--timeout_ms=120000] [--memif_dir=DIR] (dpdk: memif socket folder)
-//                     [--peer_dead_ms=N] (udp: the liveness bound, EngineOptions::peer_dead)
+//                     [--peer_dead_ms=N] (udp: a silence bound, EngineOptions::peer_dead; default none)
 //                     [--ballast_mb=N] (hold N MiB of touched memory, as a training process)
 //
 // before: the victim dies right after connecting; between: after 3 collectives; during:

@@ -7,8 +7,8 @@
 //  - PeerFailureLatePeer: a rank calls one bounded collective three bounds late: absorbed.
 //  - PeerFailure: a rank SIGKILLed at each point of a bounded collective and during
 //    reliable TAR; survivors' bounded operations return (damage flagged) until the
-//    transport finds the rank gone, then raise gloo::IoException naming it, within the
-//    liveness bound; reliable TAR raises likewise; the killed rank restarts on its old port into a new job while the old
+//    transport finds the rank gone, then raise gloo::IoException naming it, within
+//    seconds (its death is proven by ICMP); reliable TAR raises likewise; the killed rank restarts on its old port into a new job while the old
 //    job's packets still arrive: the new job is exact and the stale packets are dropped.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -562,7 +562,8 @@ int PeerFail(int size) {
     // survivor's operations return within bound + repair budget, the victim's missing data
     // flagged as damage, until the transport's liveness finds the victim gone; then they
     // raise gloo::IoException naming it: OptiReduce mode absorbs late and lost data, never
-    // a dead peer. Within the liveness bound (1 s) plus slack, never the op timeout.
+    // a dead peer. Within seconds (the ICMP port unreachable that quotes a probe to it
+    // proves the death), never the op timeout.
     const auto armed_at = Clock::now();
     constexpr double kFoundWithin = 10.0;
     bool found_gone = false;

@@ -7,19 +7,25 @@
 // the engine sends a PING, which a live peer's progress thread answers whatever
 // its application is doing. After the peer's last data or ack — the quiet right
 // after an exchange is when a death is news — the first kShortProbes probes are
-// a short interval apart (dead_after / 1000, at least 1 ms), then the interval
-// doubles with each probe up to dead_after / 8; answers to probes do not
-// shorten it again, so a live but slow peer costs a dozen PINGs and then one
-// per dead_after / 8. On the UDP backend a PING to a dead process's port comes
-// back as ICMP port unreachable, so a death in the first few milliseconds of
-// quiet is found a short interval after its socket closed (the way Gloo's TCP
-// learns it from the closed socket at once), a later one within about twice
-// the quiet time.
-// Silence for dead_after while pending declares the peer gone. Silence counts
-// from the connect at the earliest (every rank also pings each peer when it
-// connects, and a peer answers once its side is connected); a network report
-// that its address is unreachable (ICMP port unreachable: its socket is
-// closed) declares it gone at once.
+// a short interval apart (cadence / 1000, at least 1 ms), then the interval
+// doubles with each probe up to cadence / 8 (cadence: the silence bound if one
+// is set, else kDefaultCadence); answers to probes do not shorten it again, so a
+// live but slow peer costs a dozen PINGs and then one per cadence / 8. On the
+// UDP backend a PING to a dead process's port comes back as ICMP port
+// unreachable quoting it, so a death in the first few milliseconds of quiet is
+// found a short interval after its socket closed (the way Gloo's TCP learns it
+// from the closed socket at once), a later one within about twice the quiet
+// time.
+// A peer is declared gone by proof only: a report that its address is
+// unreachable that the engine verified (Unreachable: ICMP port unreachable
+// quoting a datagram this side sent it and awaits an answer to, a memif link
+// that went down). A report that proves nothing (a forgery, a quote too short)
+// only brings the next probe forward (ProbeSoon). Silence alone — a stopped
+// process, a paused VM, a host stalled for seconds — is not a death: the waits'
+// timeouts decide, as on Gloo's TCP transport, unless a silence bound is set
+// (dead_after > 0): then silence for that long while pending declares the peer
+// gone. Silence counts from the connect at the earliest (every rank also pings
+// each peer when it connects, and a peer answers once its side is connected).
 #pragma once
 
 #include <algorithm>
@@ -40,21 +46,29 @@ class PeerLiveness {
     kDead,   // gone: fail what is pending
   };
 
-  explicit PeerLiveness(std::chrono::milliseconds dead_after = std::chrono::milliseconds(1000))
+  // The probe cadence without a silence bound.
+  static constexpr std::chrono::milliseconds kDefaultCadence{1000};
+
+  // dead_after: the silence bound (0: none, silence never declares the peer gone).
+  explicit PeerLiveness(std::chrono::milliseconds dead_after = std::chrono::milliseconds(0))
       : dead_after_(dead_after),
-        probe_every_(ProbeEvery(dead_after)),
-        first_probe_(FirstProbe(dead_after)),
+        probe_every_(ProbeEvery(Cadence(dead_after))),
+        first_probe_(FirstProbe(Cadence(dead_after))),
         interval_(first_probe_) {}
 
-  // The longest quiet interval between probes, and the short one right after the
-  // peer last spoke, for a given dead_after.
-  static Clock::duration ProbeEvery(std::chrono::milliseconds dead_after) {
-    return std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 8);
+  // What the probe intervals derive from: the silence bound, or kDefaultCadence.
+  static std::chrono::milliseconds Cadence(std::chrono::milliseconds dead_after) {
+    return dead_after.count() > 0 ? dead_after : kDefaultCadence;
   }
-  static Clock::duration FirstProbe(std::chrono::milliseconds dead_after) {
+  // The longest quiet interval between probes, and the short one right after the
+  // peer last spoke, for a given cadence.
+  static Clock::duration ProbeEvery(std::chrono::milliseconds cadence) {
+    return std::max<Clock::duration>(std::chrono::milliseconds(1), cadence / 8);
+  }
+  static Clock::duration FirstProbe(std::chrono::milliseconds cadence) {
     return std::min<Clock::duration>(
-        ProbeEvery(dead_after),
-        std::max<Clock::duration>(std::chrono::milliseconds(1), dead_after / 1000));
+        ProbeEvery(cadence),
+        std::max<Clock::duration>(std::chrono::milliseconds(1), cadence / 1000));
   }
 
   // The pair to the peer was connected: it counts as heard then (Gloo connects
@@ -75,8 +89,12 @@ class PeerLiveness {
       short_left_ = kShortProbes;
     }
   }
-  // The network reported the peer's address unreachable.
+  // The peer is provably gone (a verified unreachable report, or its ABORT).
   void Unreachable() { unreachable_ = true; }
+  // A report that proves nothing (possibly forged) said the peer is unreachable: probe
+  // it at the next check if something is pending, at most one short interval after the
+  // last probe, so that a real death is proven by the report the probe draws.
+  void ProbeSoon() { probe_soon_ = true; }
   bool unreachable() const { return unreachable_; }
   bool heard() const { return heard_; }
   Clock::time_point last_heard() const { return last_heard_; }
@@ -91,6 +109,7 @@ class PeerLiveness {
   Verdict Check(Clock::time_point now, bool pending) {
     if (!pending) {
       pending_ = false;
+      probe_soon_ = false;
       return Verdict::kIdle;
     }
     if (!pending_) {
@@ -98,12 +117,16 @@ class PeerLiveness {
       pending_since_ = now;
     }
     if (unreachable_) return Verdict::kDead;
-    if (heard_ && now - std::max(last_heard_, pending_since_) >= dead_after_) {
+    if (dead_after_.count() > 0 && heard_ &&
+        now - std::max(last_heard_, pending_since_) >= dead_after_) {
       return Verdict::kDead;
     }
     if (now < NextProbe()) return Verdict::kAlive;
+    const bool early = probe_soon_ && now < RegularProbe();
+    probe_soon_ = false;
     probed_ = true;
     last_probe_ = now;
+    if (early) return Verdict::kProbe;  // the regular schedule stays as it was
     if (short_left_ > 0) {
       --short_left_;
     } else {
@@ -115,6 +138,17 @@ class PeerLiveness {
   // When Check would next answer kProbe if the peer stays quiet and something
   // stays pending (the engine runs its next check no later than that).
   Clock::time_point NextProbe() const {
+    const Clock::time_point regular = RegularProbe();
+    if (!probe_soon_) return regular;
+    return std::min(regular, probed_ ? last_probe_ + first_probe_ : Clock::time_point{});
+  }
+
+  // The silence bound (0: none).
+  std::chrono::milliseconds dead_after() const { return dead_after_; }
+
+ private:
+  // When the next probe is due by the schedule alone.
+  Clock::time_point RegularProbe() const {
     Clock::time_point quiet_since{};
     if (heard_) quiet_since = last_heard_;
     if (probed_) quiet_since = std::max(quiet_since, last_probe_);
@@ -122,15 +156,13 @@ class PeerLiveness {
     return quiet_since + interval_;
   }
 
-  std::chrono::milliseconds dead_after() const { return dead_after_; }
-
- private:
   std::chrono::milliseconds dead_after_;
   Clock::duration probe_every_;
   Clock::duration first_probe_;
   Clock::duration interval_;  // quiet time before the next probe
   int short_left_ = kShortProbes;  // probes still first_probe_ apart
   bool heard_ = false, unreachable_ = false, pending_ = false, probed_ = false;
+  bool probe_soon_ = false;
   Clock::time_point last_heard_{}, pending_since_{}, last_probe_{};
 };
 
