@@ -115,7 +115,7 @@ class Workload:
         span = len(self.val) - self.context - 1
         offsets = [i * span // (n - 1) for i in range(n)]
         self.val_windows = torch.stack([self.val[o:o + self.context + 1] for o in offsets])
-        self.steps = settings["steps"]
+        self.steps = self.total_steps = settings["steps"]
 
     def model(self, settings):
         return CharLM(self.context, settings["d_model"], settings["layers"], settings["heads"])

@@ -28,6 +28,7 @@ class Workload:
         self.batch = settings["batch"]
         self.epochs = settings["epochs"]
         self.seed = settings["seed"]
+        self.total_steps = self.epochs * ((len(self.x_train) // world) // self.batch)
 
     def model(self, settings):
         h = settings["hidden"]

@@ -8,9 +8,9 @@ model on Python's standard-library sources, metric validation loss in nats).
 
 Straggler: rank `straggler_rank` sleeps a delay drawn from `straggler` (a dists.py spec)
 before every step's forward pass, like a slow GPU/CPU; the others meet it in the
-gradient allreduce. Every `eval_every` steps (and after the last) every rank evaluates its
-own replica, then the ranks meet in a barrier (so no rank enters the next allreduce late
-because its evaluation took longer); rank 0 prints
+gradient allreduce. Every `eval_every` steps rank 0 evaluates its replica while the others
+wait in a barrier (so no rank enters the next allreduce late because of an evaluation);
+after the last step every rank evaluates its own. Rank 0 prints
 
     EVAL <step> <epoch> <train_wall_s> <metric>
 
@@ -75,9 +75,10 @@ def replicas_agree():
     return all(int(t.item()) == int(mine.item()) for t in every)
 
 
-def evaluate(step, epoch):
-    value, se = work.evaluate(model)
-    evals.append((step, epoch, train_s, value, se))
+def evaluate(step, epoch, every_rank):
+    if rank == 0 or every_rank:
+        value, se = work.evaluate(model)
+        evals.append((step, epoch, train_s, value, se))
     if rank == 0:
         print("EVAL %d %d %.4f %.5f" % (step, epoch, train_s, value), flush=True)
     dist.barrier()
@@ -116,10 +117,9 @@ for epoch, x, y in work.batches():
             mismatched += 1
             if first_mismatch is None:
                 first_mismatch = step
-    if step % settings["eval_every"] == 0:
-        evaluate(step, epoch)
-if step % settings["eval_every"] != 0:
-    evaluate(step, epoch)
+    if step % settings["eval_every"] == 0 and step < work.total_steps:
+        evaluate(step, epoch, every_rank=False)
+evaluate(step, epoch, every_rank=True)
 
 with open(out_path + ".params", "wb") as f:
     for p in model.parameters():
