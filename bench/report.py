@@ -407,9 +407,7 @@ def section_tta(a, d):
         "(bench/tta, %s). Workloads: `charlm`, a 2-layer character-level transformer "
         "language model trained on Python's standard-library sources, metric validation "
         "loss in nats (lower is better); `digits`, an MLP on sklearn's digits, metric test "
-        "accuracy in %%. Environments: no fault; 1%% packet loss on every link; the last "
-        "rank sleeping 80 ms before 5%% of the steps; in the lab also congestion (a "
-        "background allreduce job on the same links and CPUs). Configurations: stock Gloo "
+        "accuracy in %%. %s Configurations: stock Gloo "
         "ring over Gloo's TCP, TAR over our UDP (exact, retransmits), OptiReduce mode. "
         "Per row over the seeds: the final metric of rank 0 (mean ± sd), the worst final "
         "metric of any rank in any seed, the largest replica divergence max_r "
@@ -418,14 +416,20 @@ def section_tta(a, d):
         "training time to it (when every seed reached it) and ring's time over this one "
         "(speed-up). This section took %.0f minutes." % (
             "ranks in lab namespaces, real packet loss" if os.geteuid() == 0 else
-            "local processes; loss is injected into our UDP transport only", minutes), "",
+            "local processes; loss is injected into our UDP transport only",
+            "Quick run: 2 ranks, one seed, a small model, one environment (a straggler "
+            "sleeping exp:10 ms and 1%% loss)." if a.quick else
+            "Environments: no fault; 1%% packet loss%s; the last rank sleeping 80 ms before "
+            "5%% of the steps%s." % (
+                " on every link" if os.geteuid() == 0 else "",
+                "; congestion (a background allreduce job on the same links and CPUs)"
+                if os.geteuid() == 0 else ""), minutes), "",
         "This host has 2 cores: with 4 ranks two share a core, so every step also waits for "
         "a core and a rank the scheduler holds back is a straggler to every configuration. "
         "Times (time to target, speed-up) are therefore also given at 2 ranks, one per "
-        "core, for the loss and straggler environments (columns *2 ranks*).", ""]
-    header = ["env", "config", "ranks", "final (mean ± sd)", "worst replica", "divergence",
-              "mismatched steps", "reached", "to target s", "speed-up", "to target s, 2 ranks",
-              "speed-up, 2 ranks", "sync p50 / p99 ms"]
+        "core, for the loss and straggler environments (columns *2 ranks*). Backward "
+        "compute runs inside the measured sync time (DDP overlaps it with the allreduces)."
+        if not a.quick else "This host has 2 cores.", ""]
     for folder, workload, _, _ in TTA_RUNS:
         rows = tables.get(folder)
         if not rows or folder == "charlm-2ranks":
@@ -435,25 +439,31 @@ def section_tta(a, d):
         lines += ["### %s: %s, target %s" % (
             workload, "validation loss (nats)" if workload == "charlm" else "test accuracy (%)",
             r0["target"]), ""]
+        with_two = workload == "charlm" and bool(two)
+        header = ["env", "config", "ranks", "final (mean ± sd)", "worst replica", "divergence",
+                  "mismatched steps", "reached", "to target s", "speed-up"]
+        header += ["to target s, 2 ranks", "speed-up, 2 ranks"] if with_two else []
+        header += ["sync p50 / p99 ms"]
         body = []
         for r in rows:
-            t2 = two.get((r["env"], r["config"])) if workload == "charlm" else None
-            body.append([
-                r["env"], r["config"], r["ranks"], fmt_pm(r["final_mean"], r["final_sd"], digits),
-                "%.*f" % (digits, float(r["final_worst_replica"])), r["divergence_max"],
-                "%s / %s" % (r["mismatched_steps"], r["checked_steps"]), r["reached"],
-                fmt_pm(r["time_to_target_s"], r["time_to_target_sd"], 1)
-                if r["time_to_target_s"] else "-",
-                r["speedup_vs_ring"] or "-",
-                (fmt_pm(t2["time_to_target_s"], t2["time_to_target_sd"], 1)
-                 if t2["time_to_target_s"] else "-") if t2 else "",
-                (t2["speedup_vs_ring"] or "-") if t2 else "",
-                "%.0f / %.0f" % (float(r["sync_p50_ms"]), float(r["sync_p99_ms"]))])
+            row = [r["env"], r["config"], r["ranks"],
+                   fmt_pm(r["final_mean"], r["final_sd"], digits),
+                   "%.*f" % (digits, float(r["final_worst_replica"])), r["divergence_max"],
+                   "%s / %s" % (r["mismatched_steps"], r["checked_steps"]), r["reached"],
+                   fmt_pm(r["time_to_target_s"], r["time_to_target_sd"], 1)
+                   if r["time_to_target_s"] else "-", r["speedup_vs_ring"] or "-"]
+            if with_two:
+                t2 = two.get((r["env"], r["config"]))
+                row += [(fmt_pm(t2["time_to_target_s"], t2["time_to_target_sd"], 1)
+                         if t2["time_to_target_s"] else "-") if t2 else "",
+                        (t2["speedup_vs_ring"] or "-") if t2 else ""]
+            row.append("%.0f / %.0f" % (float(r["sync_p50_ms"]), float(r["sync_p99_ms"])))
+            body.append(row)
         lines += md_table(header, body)
         if workload == "charlm":
             se = max(float(r["final_se"]) for r in rows)
             runs = read_csv(os.path.join(d, folder, "tta_runs.csv"))
-            lines += ["", "Validation set: 256 windows of 64 characters from files no "
+            lines += ["", "Validation set: 256 windows of one training context each, from files no "
                       "training window comes from; the standard error of one model's "
                       "validation loss over such windows is at most %.3f nats here (the "
                       "same windows score every model, so differences between rows are "
