@@ -29,6 +29,8 @@ FILES = ["_collections_abc.py", "_pydecimal.py", "_pyio.py", "_strptime.py", "ar
          "pickle.py", "pickletools.py", "pprint.py", "profile.py", "pstats.py", "pydoc.py",
          "random.py", "statistics.py", "string.py", "textwrap.py", "threading.py",
          "tokenize.py", "trace.py", "traceback.py", "turtle.py", "typing.py"]
+# SHA-256 of FILES as Debian 12's python3.11 (3.11.2-6+deb12u6) installs them.
+DEBIAN12_SHA256 = "81595fa8899c1369e564f5376b0f5f4ec914397f544b9e871b60bb7a4c3f7489"
 VAL_EVERY = 8
 VAL_WINDOWS = 256
 VOCAB = 128

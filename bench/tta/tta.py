@@ -634,8 +634,13 @@ def finish_common(ap, args):
 
         try:
             charlm.check_corpus()
+            digest = charlm.read_corpus()[2]
         except charlm.DataError as e:
             raise UsageError(str(e)) from None
+        if digest != charlm.DEBIAN12_SHA256:
+            print("tta.py: note: the char LM's text (%s, SHA-256 %s) differs from Debian 12's "
+                  "python3.11 (%s): its losses are not comparable with runs on Debian 12"
+                  % (charlm.STDLIB_DIR, digest[:16], charlm.DEBIAN12_SHA256[:16]), flush=True)
 
 
 def describe(args):

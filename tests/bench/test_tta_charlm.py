@@ -83,6 +83,25 @@ def test_charlm_learns_and_seeds_are_summarised(tmp_path):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
+def test_missing_corpus_file_is_named(tmp_path):
+    import sys
+    sys.path.insert(0, os.path.join(REPO, "bench", "tta"))
+    import charlm
+    # A standard library without the corpus's files (another Python): refused, naming one.
+    with pytest.raises(charlm.DataError) as e:
+        charlm.check_corpus(str(tmp_path))
+    assert os.path.join(str(tmp_path), charlm.FILES[0]) in str(e.value)
+    assert "libpython3.11-stdlib" in str(e.value)
+    # The split: every 8th file is validation text, none of it in the training text.
+    for name in charlm.FILES:
+        (tmp_path / name).write_bytes(name.encode() * 3)
+    train, val, digest = charlm.read_corpus(str(tmp_path))
+    val_names = charlm.FILES[charlm.VAL_EVERY - 1::charlm.VAL_EVERY]
+    assert val == b"".join(n.encode() * 3 for n in val_names)
+    assert len(train) + len(val) == sum(3 * len(n) for n in charlm.FILES)
+    assert all(n.encode() not in train for n in val_names) and len(digest) == 64
+
+
 _checked = {}
 
 
