@@ -82,16 +82,18 @@ def rel(path):
     return os.path.relpath(path, REPO) if os.path.abspath(path).startswith(REPO) else path
 
 
-def run(cmd, log_path, env=None, timeout=3600):
-    """Runs cmd; its stdout and stderr go to log_path; raises with the tail on failure."""
+def run(cmd, log_path, env=None, timeout=3600, ok_codes=(0,)):
+    """Runs cmd; its stdout and stderr go to log_path; raises with the tail unless its exit
+    status is one of ok_codes. Returns the exit status."""
     print("report: %s" % " ".join(shlex.quote(c) for c in cmd), flush=True)
     with open(log_path, "w") as log:
         p = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, env=env,
                            timeout=timeout, cwd=REPO)
-    if p.returncode != 0:
+    if p.returncode not in ok_codes:
         with open(log_path) as f:
             tail = f.read()[-3000:]
         raise RuntimeError("%s failed (rc %d):\n%s" % (" ".join(cmd), p.returncode, tail))
+    return p.returncode
 
 
 def read_csv(path):
@@ -397,7 +399,8 @@ def section_tta(a, d):
         if a.torch_lib:
             cmd += ["--torch-lib", a.torch_lib]
         os.makedirs(out)
-        run(cmd, os.path.join(out, "log.txt"), timeout=6 * 3600)
+        # Exit status 3: every job ran, some failed; their rows say why (shown below).
+        run(cmd, os.path.join(out, "log.txt"), timeout=6 * 3600, ok_codes=(0, 3))
         cmds.append([rel_bin(c) for c in cmd])
         tables[folder] = read_csv(os.path.join(out, "tta_summary.csv"))
     minutes = (time.monotonic() - started) / 60
@@ -436,6 +439,8 @@ def section_tta(a, d):
             continue
         r0 = rows[0]
         digits = 2 if workload == "digits" else 3
+        failed = [r for r in read_csv(os.path.join(d, folder, "tta_runs.csv"))
+                  if r["status"] != "ok"]
         lines += ["### %s: %s, target %s" % (
             workload, "validation loss (nats)" if workload == "charlm" else "test accuracy (%)",
             r0["target"]), ""]
@@ -446,6 +451,10 @@ def section_tta(a, d):
         header += ["sync p50 / p99 ms"]
         body = []
         for r in rows:
+            if not r["final_mean"]:
+                body.append([r["env"], r["config"], r["ranks"], "every job failed"] +
+                            [""] * (len(header) - 4))
+                continue
             row = [r["env"], r["config"], r["ranks"],
                    fmt_pm(r["final_mean"], r["final_sd"], digits),
                    "%.*f" % (digits, float(r["final_worst_replica"])), r["divergence_max"],
@@ -460,9 +469,15 @@ def section_tta(a, d):
             row.append("%.0f / %.0f" % (float(r["sync_p50_ms"]), float(r["sync_p99_ms"])))
             body.append(row)
         lines += md_table(header, body)
+        if failed:
+            lines += ["", "Failed jobs (not in the means; *reached* counts them as not "
+                      "reaching the target): " + "; ".join(
+                          "%s / %s / seed %s: `%s`" % (r["env"], r["config"], r["seed"],
+                                                       r["error"]) for r in failed) + "."]
         if workload == "charlm":
-            se = max(float(r["final_se"]) for r in rows)
-            runs = read_csv(os.path.join(d, folder, "tta_runs.csv"))
+            se = max(float(r["final_se"]) for r in rows if r["final_se"])
+            runs = [r for r in read_csv(os.path.join(d, folder, "tta_runs.csv"))
+                    if r["status"] == "ok"]
             lines += ["", "Validation set: 256 windows of one training context each, from files no "
                       "training window comes from; the standard error of one model's "
                       "validation loss over such windows is at most %.3f nats here (the "

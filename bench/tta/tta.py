@@ -47,6 +47,7 @@ import shutil
 import signal
 import subprocess
 import queue
+import re
 import sys
 import tempfile
 import threading
@@ -100,6 +101,10 @@ BG_GAP = "exp:20"
 
 class UsageError(Exception):
     pass
+
+
+# tta.py's exit status when every job ran but some failed (their rows say why).
+FAILED_JOBS = 3
 
 
 class JobError(Exception):
@@ -363,6 +368,7 @@ def run_one(args, env, seed, config, lib, progress=True):
     hit = next((c for c in curve if better(args, c["metric"], args.target)), None)
     finals = [r["final_metric"] for r in results]
     summary = {
+        "status": "ok", "error": "",
         "workload": args.workload, "metric": r0["metric_name"], "config": config,
         "env": env_name, "seed": seed, "ranks": args.ranks, "straggler": dist_spec,
         "loss": loss if (config in OUR_UDP or args.lab) else 0.0, "bg_jobs": bg,
@@ -408,7 +414,8 @@ def run_one(args, env, seed, config, lib, progress=True):
 # OptiReduce mode's cumulative counters on rank 0 (algorithms/op_stats.h), copied as is.
 BOUNDED_COUNTERS = ["calibration_ops", "bounded_ops", "early_timeout_phases", "deadline_phases",
                     "repaired_ops", "damaged_ops", "stragglers_given_up"]
-RUN_FIELDS = ["workload", "metric", "config", "env", "seed", "ranks", "straggler", "loss",
+RUN_FIELDS = ["status", "error", "workload", "metric", "config", "env", "seed", "ranks",
+              "straggler", "loss",
               "bg_jobs", "steps", "train_s", "target", "time_to_target_s", "step_to_target",
               "final_metric", "final_metric_se", "final_metric_worst", "final_metric_min",
               "final_metric_max", "divergence", "checked_steps", "mismatched_steps",
@@ -417,7 +424,7 @@ RUN_FIELDS = ["workload", "metric", "config", "env", "seed", "ranks", "straggler
               "repair_budget", "start_grace", "resync_every", "transport_retransmits",
               "corpus_sha256"] + BOUNDED_COUNTERS
 SUMMARY_FIELDS = ["workload", "metric", "config", "env", "ranks", "straggler", "loss", "bg_jobs",
-                  "seeds", "final_mean", "final_sd", "final_se", "final_worst_replica",
+                  "seeds", "failed", "final_mean", "final_sd", "final_se", "final_worst_replica",
                   "divergence_max", "checked_steps", "mismatched_steps", "target", "reached",
                   "time_to_target_s", "time_to_target_sd", "speedup_vs_ring", "train_s",
                   "step_p50_ms", "sync_p50_ms", "sync_p99_ms", "sync_p99_over_p50",
@@ -444,21 +451,28 @@ def aggregate(args, runs):
             keys.append((r["env"], r["config"]))
     rows = []
     for env, config in keys:
-        rs = [r for r in runs if r["env"] == env and r["config"] == config]
+        every = [r for r in runs if r["env"] == env and r["config"] == config]
+        rs = [r for r in every if r["status"] == "ok"]
+        failed = [r for r in every if r["status"] != "ok"]
+        row = {k: every[0][k] for k in ("workload", "metric", "config", "env", "ranks",
+                                        "straggler", "loss", "bg_jobs", "target")}
+        row.update(seeds=" ".join(str(r["seed"]) for r in every), failed=len(failed),
+                   reached="0/%d" % len(every), time_to_target_s="", time_to_target_sd="")
+        if not rs:
+            rows.append(row)
+            continue
+        for k in ("repair_budget", "start_grace", "resync_every"):
+            row[k] = rs[0][k]
         f = [r["final_metric"] for r in rs]
         ttt = [r["time_to_target_s"] for r in rs if r["time_to_target_s"] != ""]
-        row = {k: rs[0][k] for k in ("workload", "metric", "config", "env", "ranks", "straggler",
-                                     "loss", "bg_jobs", "target", "repair_budget",
-                                     "start_grace", "resync_every")}
         row.update(
-            seeds=" ".join(str(r["seed"]) for r in rs),
             final_mean=round(mean(f), 5), final_sd=round(sd(f), 5),
             final_se=round(mean([r["final_metric_se"] for r in rs]), 5),
             final_worst_replica=worst(args, [r["final_metric_worst"] for r in rs]),
             divergence_max="%.3e" % max(float(r["divergence"]) for r in rs),
-            reached="%d/%d" % (len(ttt), len(rs)),
-            time_to_target_s=round(mean(ttt), 2) if len(ttt) == len(rs) else "",
-            time_to_target_sd=round(sd(ttt), 2) if len(ttt) == len(rs) else "",
+            reached="%d/%d" % (len(ttt), len(every)),
+            time_to_target_s=round(mean(ttt), 2) if len(ttt) == len(every) else "",
+            time_to_target_sd=round(sd(ttt), 2) if len(ttt) == len(every) else "",
             train_s=round(mean([r["train_s"] for r in rs]), 2),
             step_p50_ms=round(mean([r["step_p50_ms"] for r in rs]), 2),
             sync_p50_ms=round(mean([r["sync_p50_ms"] for r in rs]), 2),
@@ -487,6 +501,10 @@ def print_table(args, rows):
         "env", "config", "seeds", "final mean+-sd", "worst", "diverge", "reached",
         "to %g" % args.target, "speed-up", "train s", "sync p50", "sync p99"))
     for s in rows:
+        if "final_mean" not in s:
+            print("%-11s %-21s %5d  every job failed" % (s["env"], CONFIGS[s["config"]],
+                                                        len(s["seeds"].split())))
+            continue
         ttt = "%.1f s" % s["time_to_target_s"] if s["time_to_target_s"] != "" else "-"
         print("%-11s %-21s %5d %16s %8.3f %9s %7s %11s %9s %8.1f %8.1f %8.1f" % (
             s["env"], CONFIGS[s["config"]], len(s["seeds"].split()),
@@ -497,7 +515,12 @@ def print_table(args, rows):
     if args.check_replicas:
         print("replica check: %s" % ", ".join(
             "%s/%s %d of %d steps mismatched" % (s["env"], s["config"], s["mismatched_steps"],
-                                                 s["checked_steps"]) for s in rows))
+                                                 s["checked_steps"])
+            for s in rows if "checked_steps" in s))
+    for s in rows:
+        if s["failed"]:
+            print("%s/%s: %d of %d jobs failed (tta_runs.csv: error)" % (
+                s["env"], s["config"], s["failed"], len(s["seeds"].split())))
 
 
 def write_csv(path, rows, fields):
@@ -676,7 +699,17 @@ def cmd_run(args):
         # change in the machine's load between seeds hits every config alike.
         for seed in args.seeds:
             for config in args.configs:
-                curve, run = run_one(args, env, seed, config, lib)
+                try:
+                    curve, run = run_one(args, env, seed, config, lib)
+                except JobError as e:
+                    # A job that fails is a result (e.g. a rank declared dead): record it,
+                    # go on with the others, exit with FAILED_JOBS at the end.
+                    print("tta.py: %s" % e, file=sys.stderr, flush=True)
+                    runs.append(failed_run(args, env, seed, config, e))
+                    print("  %-10s %-10s seed %d FAILED: %s" % (name, config, seed,
+                                                               runs[-1]["error"]), flush=True)
+                    write_all(args, curve_rows, runs)
+                    continue
                 curve_rows += curve
                 runs.append(run)
                 ttt = run["time_to_target_s"]
@@ -690,11 +723,8 @@ def cmd_run(args):
                          if args.check_replicas else "",
                          run["sync_p50_ms"], run["sync_p99_ms"]), flush=True)
                 # Write as we go: a long run that dies later keeps what it measured.
-                write_csv(os.path.join(args.out, "tta_curve.csv"), curve_rows,
-                          ["workload", "config", "env", "seed", "wall_s", "step", "metric"])
-                write_csv(os.path.join(args.out, "tta_runs.csv"), runs, RUN_FIELDS)
-                write_csv(os.path.join(args.out, "tta_summary.csv"), aggregate(args, runs),
-                          SUMMARY_FIELDS)
+                write_all(args, curve_rows, runs)
+    write_all(args, curve_rows, runs)
     summary = aggregate(args, runs)
     print_table(args, summary)
     import plot
@@ -702,7 +732,33 @@ def cmd_run(args):
     png = plot.plot_tta(curve_rows, summary, os.path.join(args.out, "tta.png"), args.target)
     print("\nwrote %s" % ", ".join(os.path.join(args.out, n) for n in (
         "tta_curve.csv", "tta_runs.csv", "tta_summary.csv", os.path.basename(png))))
+    failed = [r for r in runs if r["status"] != "ok"]
+    if failed:
+        print("tta.py: %d of %d jobs failed: %s" % (len(failed), len(runs), "; ".join(
+            "%s/%s seed %d: %s" % (r["env"], r["config"], r["seed"], r["error"])
+            for r in failed)), file=sys.stderr)
+        return FAILED_JOBS
     return 0
+
+
+def write_all(args, curve_rows, runs):
+    write_csv(os.path.join(args.out, "tta_curve.csv"), curve_rows,
+              ["workload", "config", "env", "seed", "wall_s", "step", "metric"])
+    write_csv(os.path.join(args.out, "tta_runs.csv"), runs, RUN_FIELDS)
+    write_csv(os.path.join(args.out, "tta_summary.csv"), aggregate(args, runs), SUMMARY_FIELDS)
+
+
+def failed_run(args, env, seed, config, err):
+    """The tta_runs.csv row of a job that failed: what ran, and the first error a rank
+    printed (a Python exception's last line), or the job error's first line."""
+    env_name, dist_spec, loss, bg = env
+    text = str(err)
+    errors = [l.strip() for l in text.splitlines() if re.match(r"^\w*(Error|Exception): ", l.strip())]
+    return {"workload": args.workload, "config": config, "env": env_name, "seed": seed,
+            "ranks": args.ranks, "straggler": dist_spec, "bg_jobs": bg, "target": args.target,
+            "loss": loss if (config in OUR_UDP or args.lab) else 0.0,
+            "metric": "accuracy_pct" if args.workload == "digits" else "val_loss",
+            "status": "failed", "error": (errors[0] if errors else text.splitlines()[0])[:400]}
 
 
 def cmd_calibrate(args):
