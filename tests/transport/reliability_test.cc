@@ -137,6 +137,10 @@ TEST_P(PeerFailure, SurvivorsFinishInTimeAndRestartedRankJoinsNewJobCleanly) {
   }
   // The repair case needs losses (so every rank asks for repairs).
   if (at == "repair") setenv("OPTIREDUCE_FAULTS", "drop=0.05,seed=3", 1);
+  // The victim comes back at once on its old port, so no ICMP report proves its death:
+  // the survivors find it gone by an explicit silence bound (without one, each wait's
+  // timeout decides, as on Gloo's TCP transport).
+  setenv("OPTIREDUCE_PEER_DEAD_MS", "1000", 1);
   for (int r = 0; r < n; r++) {
     StartRank(r, n, {"--mode=peerfail", "--kill_at=" + at, "--victim=" + std::to_string(victim),
                      "--port=" + ports[r], "--victim_port=" + ports[victim],
@@ -148,6 +152,7 @@ TEST_P(PeerFailure, SurvivorsFinishInTimeAndRestartedRankJoinsNewJobCleanly) {
   EXPECT_EQ(code, -SIGKILL) << "the victim should have SIGKILLed itself " << at;
   StartRank(victim, n, {"--mode=rejoin", "--port=" + ports[victim]});
   unsetenv("OPTIREDUCE_FAULTS");
+  unsetenv("OPTIREDUCE_PEER_DEAD_MS");
   for (int r = 0; r < n; r++) {
     EXPECT_EQ(WaitRank(r, std::chrono::seconds(90)), 0)
         << "rank " << r << (r == victim ? " (restarted)" : " (survivor)")
