@@ -123,13 +123,16 @@ exit $rc
 ' inner "$@"
 EOF
 )
-rm -f "$BUILD/.stage-times"
+[ "${1:-}" = --exec ] || rm -f "$BUILD/.stage-times"
 rc=0
 unshare --mount --propagation private --pid --net --fork --kill-child \
   /bin/bash -c "$inner" inner "$ROOT" "$SRC" "$BUILD" "$CCACHE" "$JOBS" "$@" &
 ns_pid=$!
 wait "$ns_pid" || rc=$?
 ns_pid=""
+if [ "${1:-}" = --exec ]; then
+  exit $rc
+fi
 if [ -f "$BUILD/.stage-times" ]; then
   t_build=$(awk '$1=="build"{print $2}' "$BUILD/.stage-times")
   t_test=$(awk '$1=="test"{print $2}' "$BUILD/.stage-times")
