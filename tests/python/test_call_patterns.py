@@ -17,8 +17,10 @@ def run(run_job, algo, transport):
     port = free_port()
 
     def rank_env(rank, job_dir):
+        # USE_LIBUV=0: torch >= 2.4's env:// asks for a libuv TCPStore by default, and
+        # Debian 13's torch is built without libuv (stock torch fails the same way without it).
         env = base_env(GLOO_ALGO=algo, RANK=rank, WORLD_SIZE=WORLD, MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=port)
+                       MASTER_PORT=port, USE_LIBUV=0)
         if transport != "TCP":
             env["GLOO_DEVICE_TRANSPORT"] = transport
         return env
