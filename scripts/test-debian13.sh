@@ -29,7 +29,7 @@ fi
 # The build and test dependencies of scripts/install-deps.sh, as named in trixie, and
 # ccache for rebuilds.
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git iproute2 procps ccache
+  build-essential cmake ninja-build pkg-config git iproute2 procps file ccache
   libgloo-dev libhiredis-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   dpdk-dev libdpdk-dev libbpf-dev libxdp-dev clang
   libtorch-dev python3-torch python3-pytest python3-redis python3-matplotlib python3-sklearn
