@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include <gloo/common/logging.h>
 #include <torch/csrc/distributed/c10d/GlooDeviceFactory.hpp>
@@ -22,6 +23,18 @@ namespace {
 
 using DeviceCreator = std::shared_ptr<::gloo::transport::Device> (*)(const std::string&,
                                                                      const std::string&);
+// The registry's own creator type. torch 1.13 and 2.6 pass (interface, hostname); later
+// torch appends arguments (lazy initialisation), which our devices do not need: the
+// adapter below takes the first two and ignores the rest, so this file compiles against
+// either declaration of GlooDeviceRegistry.
+using Registry = std::remove_pointer_t<decltype(GlooDeviceRegistry())>;
+
+template <DeviceCreator create>
+Registry::Creator Adapt() {
+  return [](const std::string& interface, const std::string& hostname, auto&&...) {
+    return create(interface, hostname);
+  };
+}
 
 // Errors become exceptions that torch reports as a Python RuntimeError at
 // init_process_group, naming the variable at fault.
@@ -46,8 +59,8 @@ std::shared_ptr<::gloo::transport::Device> CreateOptiReduceDpdkDevice(
                       optireduce::gloo_ext::CreateDpdkDevice(config, interface, hostname));
 }
 
-bool RegisterOnce(const char* name, DeviceCreator creator) {
-  auto* registry = GlooDeviceRegistry();
+bool RegisterOnce(const char* name, Registry::Creator creator) {
+  Registry* registry = GlooDeviceRegistry();
   if (registry->Has(name)) {
     // Another copy of this library (or someone else) registered it first: keep theirs.
     return false;
@@ -57,10 +70,10 @@ bool RegisterOnce(const char* name, DeviceCreator creator) {
 }
 
 // Static registration, like C10_REGISTER_CREATOR(GlooDeviceRegistry, UDP, ...).
-const bool kUdpRegistered = RegisterOnce("UDP", &CreateOptiReduceUdpDevice);
+const bool kUdpRegistered = RegisterOnce("UDP", Adapt<&CreateOptiReduceUdpDevice>());
 // Always registered: without DPDK in the build, the creator explains that instead of
 // torch's generic "unsupported gloo device".
-const bool kDpdkRegistered = RegisterOnce("DPDK", &CreateOptiReduceDpdkDevice);
+const bool kDpdkRegistered = RegisterOnce("DPDK", Adapt<&CreateOptiReduceDpdkDevice>());
 
 }  // namespace
 }  // namespace c10d

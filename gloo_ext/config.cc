@@ -107,6 +107,8 @@ constexpr OtherModuleNames kOtherModuleNames[] = {
     {"OPTIREDUCE_BUILD_DIR", "scripts/: build directory"},
     {"OPTIREDUCE_FUZZ_", "scripts/fuzz.sh: build directory, jobs, seed"},
     {"OPTIREDUCE_SANITIZE_JOBS", "scripts/sanitize.sh: jobs"},
+    {"OPTIREDUCE_DEB13_", "scripts/test-debian13.sh: root cache, jobs"},
+    {"OPTIREDUCE_GLOO_SOURCE", "tests/python/test_patched_gloo.py: a Gloo built with patches/"},
 };
 
 // Names of the original OptiReduce project that have no equivalent here.

@@ -159,6 +159,7 @@ extern "C" __attribute__((visibility("default"))) int optireduce_gloo_allreduce(
                "optireduce: the calling Gloo's AllreduceOptions has ", options_size,
                " bytes, liboptireduce was built with ", sizeof(gloo::AllreduceOptions),
                ": rebuild optireduce against the same Gloo headers");
+  optireduce::gloo_ext::Counters().hook_calls.fetch_add(1, std::memory_order_relaxed);
   return optireduce::gloo_ext::TryOptiReduce(*opts) ? 1 : 0;
 }
 

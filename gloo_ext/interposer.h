@@ -25,6 +25,7 @@ namespace gloo_ext {
 // exports them under these names.
 #define OPTIREDUCE_INTERPOSER_COUNTERS(X)                                            \
   X(calls)                                                                           \
+  X(hook_calls)                   /* of calls: from a patched Gloo (patches/gloo) */ \
   X(tar_calls)                    /* GLOO_ALGO=transpose, run by TAR */              \
   X(optireduce_calls)             /* GLOO_ALGO=optireduce, run by RunOptiReduce */   \
   X(forwarded_calls)              /* sum of the forwarded_* reasons below */         \

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 PACKAGES=(
-  build-essential cmake ninja-build pkg-config git iproute2 procps
+  build-essential cmake ninja-build pkg-config git iproute2 procps file
   libgloo-dev libhiredis-dev libabsl-dev libgtest-dev libgmock-dev libbenchmark-dev
   dpdk-dev libdpdk-dev libbpf-dev libxdp-dev clang
   libtorch-dev python3-torch python3-pytest python3-redis python3-matplotlib python3-sklearn

@@ -17,6 +17,8 @@ import datetime
 
 import torch
 import torch.distributed as dist
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
 
 dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))

@@ -13,6 +13,8 @@ rank, world, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[4]
 import optireduce  # noqa: E402  (before torch)
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
 
 store = optireduce.RedisStore(job_id=os.environ["TEST_JOB_ID"], world_size=world,
                               timeout=datetime.timedelta(seconds=60))

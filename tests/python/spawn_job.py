@@ -10,6 +10,8 @@ import tempfile
 
 import torch
 import torch.distributed as dist
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
 import torch.multiprocessing as mp
 
 

@@ -5,6 +5,8 @@ the result as JSON for the test (conftest.Job.results)."""
 import json
 
 import torch.distributed as dist
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
 
 
 def finish(result, out_path):

@@ -36,7 +36,8 @@ def stats():
     """Counters of this process.
 
     Returns {"interposer": {...}, "optireduce": {...}, "transport": {...}, "interposed": bool}:
-      interposer: calls, tar_calls (GLOO_ALGO=transpose), optireduce_calls
+      interposer: calls (hook_calls of them from a patched Gloo's hook), tar_calls
+        (GLOO_ALGO=transpose), optireduce_calls
         (GLOO_ALGO=optireduce), forwarded_calls (to stock Gloo) and why
         (forwarded_ring, forwarded_explicit_algorithm, forwarded_unsupported_type,
         forwarded_unsupported_op), errors, and bytes per path;
