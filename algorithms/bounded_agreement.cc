@@ -116,14 +116,18 @@ size_t BoundedContextState::carry_bytes() const {
 std::vector<bool> BoundedContextState::LastLeftOut(int ranks) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<bool> out(ranks, false);
-  for (size_t r = 0; r < last_left_out_.size() && r < out.size(); r++) out[r] = last_left_out_[r];
+  for (const std::vector<bool>& left_out : recent_left_out_) {
+    for (size_t r = 0; r < left_out.size() && r < out.size(); r++) out[r] = out[r] || left_out[r];
+  }
   return out;
 }
 
 void BoundedContextState::NoteDecision(const Decision& d) {
   std::lock_guard<std::mutex> lock(mu_);
-  last_left_out_.assign(d.counted.size(), false);
-  for (size_t r = 0; r < d.counted.size(); r++) last_left_out_[r] = !d.counted[r];
+  std::vector<bool> left_out(d.counted.size(), false);
+  for (size_t r = 0; r < d.counted.size(); r++) left_out[r] = !d.counted[r];
+  recent_left_out_.push_back(std::move(left_out));
+  while (recent_left_out_.size() > kRecentDecisions) recent_left_out_.pop_front();
 }
 
 }  // namespace optireduce

@@ -19,6 +19,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <list>
 #include <memory>
 #include <mutex>
@@ -76,8 +77,13 @@ class BoundedContextState {
   bool TakeCarry(const CarryKey& key, void* data);
   size_t carry_bytes() const;
 
-  // Ranks the last decision seen on this context did not count (a leader waits for them
-  // in the next operation it decides, so no rank falls further behind than one operation).
+  // Ranks any of the last kRecentDecisions decisions seen on this context did not count:
+  // a leader waits for them, however late, so a rank left out once is not left out again
+  // while it catches up. Several threads run operations of one context at once (PyTorch's
+  // two workers), so a decision of another thread's operation that counted the rank does
+  // not clear it; otherwise peers could run ahead of it without bound, beyond what their
+  // repair copies keep.
+  static constexpr size_t kRecentDecisions = 8;
   std::vector<bool> LastLeftOut(int ranks) const;
   void NoteDecision(const Decision& d);
 
@@ -90,7 +96,7 @@ class BoundedContextState {
   absl::flat_hash_map<CarryKey, Entry> carry_;
   std::list<CarryKey> oldest_first_;
   size_t carry_bytes_ = 0;
-  std::vector<bool> last_left_out_;
+  std::deque<std::vector<bool>> recent_left_out_;  // newest last
 };
 
 }  // namespace optireduce

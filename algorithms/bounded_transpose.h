@@ -8,8 +8,7 @@
 // until complete. The shard of an owner that is not counted is zero on every rank, and
 // every rank keeps what of its own contribution was not applied for its next operation on
 // the same buffer (`carry_out`). The result is the same on every rank, bit for bit.
-// No barrier anywhere: a straggler costs its own contribution (deferred, not lost) and,
-// once in a row, nothing more.
+// No barrier anywhere: a straggler costs its own contribution (deferred, not lost).
 #pragma once
 
 #include <cstddef>
@@ -67,7 +66,7 @@ struct BoundedTransposeArgs {
   // Agreement: the operation's leader (LeaderOf), the Gloo slot its decision travels on,
   // and until when waits that must end complete (the decision, repairs of counted data)
   // may take: the operation's timeout. `must_wait`: ranks the leader waits for however
-  // late they are (left out by the previous decision); empty: none.
+  // late they are (left out by a recent decision); empty: none.
   int leader = 0;
   uint64_t decision_slot = 0;
   std::chrono::milliseconds timeout{0};  // 0: the context's timeout

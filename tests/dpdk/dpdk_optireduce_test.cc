@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <gloo/allreduce.h>
+#include <gloo/barrier.h>
 #include <gloo/math.h>
 #include <gtest/gtest.h>
 
@@ -133,6 +134,11 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
     if (InjectedBoundedBytes(ctx) > injected_before && !deferred) {
       EXPECT_GT(repaired, 0) << "rank " << ctx->rank;
     }
+    // Nobody leaves while a peer may still ask it for repairs (a process takes its repair
+    // copies with it).
+    gloo::BarrierOptions b(ctx);
+    b.setTag(6);
+    gloo::barrier(b);
   }, options);
 }
 
