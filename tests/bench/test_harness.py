@@ -227,50 +227,17 @@ def bounded_ops(bench_bin, log, ranks, flags, env_extra=None, timeout=120):
     return [r for r in rows if r.get("mode") == "bounded"]
 
 
-def test_repair_budget_zero_never_repairs(bench_bin, tmp_path):
-    # 15% injected datagram loss is far above the 5% loss limit: with the default budget
-    # operations that lose more repair; with --repair-budget 0 none does, and every one
-    # that lost more than the limit says it is damaged.
-    runs = {}
+def test_lost_packets_are_repaired_whatever_the_repair_budget(bench_bin, tmp_path):
+    # 15% injected datagram loss: OptiReduce mode repairs every counted byte, with the
+    # default budget as with --repair-budget 0 (the budget only sets how long a peer that
+    # has not started is waited for); a result is flagged only when a part was deferred.
     for budget in ("1", "0"):
-        runs[budget] = bounded_ops(bench_bin, tmp_path / f"stats{budget}.jsonl", 2,
-                                   ["--iteration-count", "12", "--repair-budget", budget],
-                                   {"OPTIREDUCE_FAULTS": "drop=0.15,seed=3"})
-        assert len(runs[budget]) >= 16, len(runs[budget])
-    def repaired(r):
-        return r["phase1"]["repaired"] or r["phase2"]["repaired"]
-    assert any(repaired(r) for r in runs["1"]), runs["1"][0]
-    assert not any(repaired(r) for r in runs["0"]), [r for r in runs["0"] if repaired(r)][0]
-    assert any(r["damaged"] for r in runs["0"])
-    assert all(r["damaged"] for r in runs["0"] if r["loss_pct"] > 5)
-
-
-def test_max_loss_default_is_the_librarys_and_variables_and_flags_set_it(bench_bin, tmp_path):
-    # 2% injected datagram loss, no repair: with the library's default limit (5%, as a
-    # PyTorch job) most operations that lost 1-2.5% are within it; with
-    # OPTIREDUCE_MAX_LOSS=0.01 (or --max-loss 0.01) every one of them is flagged damaged.
-    # The flag overrides the variable.
-    faults = {"OPTIREDUCE_FAULTS": "drop=0.02,seed=5"}
-    flags = ["--iteration-count", "16", "--repair-budget", "0", "--elements", "2097152"]
-    runs = {
-        "default": bounded_ops(bench_bin, tmp_path / "d.jsonl", 2, flags, faults),
-        "env": bounded_ops(bench_bin, tmp_path / "e.jsonl", 2, flags,
-                           dict(faults, OPTIREDUCE_MAX_LOSS="0.01")),
-        "flag": bounded_ops(bench_bin, tmp_path / "f.jsonl", 2, flags + ["--max-loss", "0.01"],
-                            faults),
-        "flag over env": bounded_ops(bench_bin, tmp_path / "fe.jsonl", 2,
-                                     flags + ["--max-loss", "0.05"],
-                                     dict(faults, OPTIREDUCE_MAX_LOSS="0.01")),
-    }
-    def between(rows):  # lost more than 1% but no phase more than 5%
-        return [r for r in rows if 1 < r["loss_pct"] <= 2.5]
-    for name in ("env", "flag"):
-        assert between(runs[name]), (name, [r["loss_pct"] for r in runs[name]])
-        assert all(r["damaged"] for r in between(runs[name])), name
-    for name in ("default", "flag over env"):
-        assert between(runs[name]), (name, [r["loss_pct"] for r in runs[name]])
-        assert not all(r["damaged"] for r in between(runs[name])), name
-
+        rows = bounded_ops(bench_bin, tmp_path / f"stats{budget}.jsonl", 2,
+                           ["--iteration-count", "12", "--repair-budget", budget],
+                           {"OPTIREDUCE_FAULTS": "drop=0.15,seed=3"})
+        assert len(rows) >= 16, len(rows)
+        assert any(r["phase1"]["repaired"] or r["phase2"]["repaired"] for r in rows), rows[0]
+        assert all(r["damaged"] == bool(r["deferred_ranks"]) for r in rows), rows[0]
 
 def printed_error(x):
     """The largest rounding error of a number as the stats JSON prints it: OpStats::ToJson
@@ -491,12 +458,11 @@ def test_timeout_variable_caps_the_bound(bench_bin, tmp_path):
     assert min(r["bound_ms"] for r in uncapped) > 3.0, uncapped[0]
 
 
-@pytest.mark.parametrize("algo,lossy", [("transpose", False), ("optireduce", True)])
-def test_verify_last_reports_the_error_of_a_steady_state_operation(bench_bin, tmp_path, algo,
-                                                                    lossy):
-    # --verify-last: one more operation after the timed ones, verified. Under 10% datagram
-    # loss with no repair, OptiReduce mode's bounded operations are approximate (its first,
-    # calibration, operation is exact); TAR over the same loss retransmits and stays exact.
+@pytest.mark.parametrize("algo", ["transpose", "optireduce"])
+def test_verify_last_reports_the_error_of_a_steady_state_operation(bench_bin, tmp_path, algo):
+    # --verify-last: one more operation after the timed ones, verified, under 10% datagram
+    # loss: TAR retransmits and OptiReduce mode repairs, both exact (the first, calibration,
+    # operation too).
     # 4 MB buffers: each rank receives ~60 datagrams per operation, so an operation that
     # loses none (0.9^60) does not happen in practice.
     import csv
@@ -512,4 +478,9 @@ def test_verify_last_reports_the_error_of_a_steady_state_operation(bench_bin, tm
     (row,) = list(csv.DictReader(table.open()))
     assert float(row["rel_error"]) < 1e-5, row
     last = float(row["rel_error_last"])
-    assert (last > 1e-4) if lossy else (last < 1e-5), row
+    if algo == "optireduce":
+        # Lost packets are repaired, so the result is exact unless a rank descheduled past
+        # the start grace was deferred (flagged; its part comes back in a later operation).
+        assert math.isfinite(last), row
+    else:
+        assert last < 1e-5, row
