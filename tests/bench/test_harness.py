@@ -249,8 +249,9 @@ def printed_error(x):
 
 def grace_is_budget(r):
     """start_grace_ms == 1.5 x bound_ms (half the bound + a repair budget of one bound), to
-    the rounding of both printed values (plus a relative 1e-12 for the product itself)."""
-    tol = printed_error(r["start_grace_ms"]) + 1.5 * printed_error(r["bound_ms"])
+    the rounding of both printed values, the half of an odd number of microseconds cut to
+    whole microseconds (0.0005 ms), and a relative 1e-12 for the product itself."""
+    tol = printed_error(r["start_grace_ms"]) + 1.5 * printed_error(r["bound_ms"]) + 0.0005
     return abs(r["start_grace_ms"] - 1.5 * r["bound_ms"]) <= tol + 1e-12 * r["start_grace_ms"]
 
 
@@ -260,6 +261,9 @@ def test_grace_is_budget_covers_the_printed_rounding():
     assert abs(1500.4 - 1.5 * 1000.26) > 0.01
     assert grace_is_budget({"start_grace_ms": 1500.4, "bound_ms": 1000.26})
     assert grace_is_budget({"start_grace_ms": 15004.0, "bound_ms": 10002.6})
+    # A bound of 2227 us: half of it is 1113 us, so the grace is 3340 us, not 3340.5.
+    assert grace_is_budget({"start_grace_ms": 3.34, "bound_ms": 2.227})
+    assert not grace_is_budget({"start_grace_ms": 3.338, "bound_ms": 2.227})
     assert not grace_is_budget({"start_grace_ms": 1500.42, "bound_ms": 1000.26})
 
 
