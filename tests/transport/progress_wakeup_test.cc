@@ -70,10 +70,14 @@ TEST(ProgressWakeup, ArrivalEndsTheSleepNotTheTimer) {
   const uint64_t woken = after.sleeps_woken_by_input - before.sleeps_woken_by_input;
   const uint64_t late = after.late_inputs - before.late_inputs;
   // Rank 1's progress thread has nothing to do between messages: it sleeps, and most
-  // messages find it asleep. Each must end the sleep; one that waited for a 200 ms timer
-  // counts as late (a datagram landing as a timer fires may, rarely).
+  // messages find it asleep. Each must end the sleep. A sleep that ended at a timer and
+  // then found a datagram counts as late: a message that waited for the 200 ms timer, or
+  // one that landed as a short timer fired (the liveness probe of a peer something is
+  // pending with is due 1 ms after the last exchange, so in a ping-pong such timers fire
+  // between messages: 6-9% of them here). If messages waited for the timer, nearly all
+  // would be late.
   EXPECT_GE(woken, static_cast<uint64_t>(kMessages / 4)) << after.ToString();
-  EXPECT_LE(late, static_cast<uint64_t>(kMessages / 20)) << after.ToString();
+  EXPECT_LE(late, static_cast<uint64_t>(kMessages / 5)) << after.ToString();
 }
 
 // Each message's ack rides on the CREDIT that answers it (the receiver took it; this
