@@ -21,6 +21,7 @@
 #include "algorithms/allreduce_transpose.h"
 #include "algorithms/transpose_plan.h"
 #include "tests/common/ranks.h"
+#include "tests/common/resident.h"
 
 namespace optireduce {
 namespace {
@@ -221,15 +222,7 @@ TEST(TransposeAllreduce, RoundsBoundScratchMemory) {
   });
 }
 
-// Resident memory of this process (/proc/self/statm), in bytes.
-size_t ResidentBytes() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  unsigned long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
-  std::fclose(f);
-  return got == 2 ? resident * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
-}
+using testing::ResidentBytes;
 
 // A 4-byte TAR (the Hadamard transform forces TAR over recursive doubling) needs one
 // element of scratch per peer: its per-thread scratch is sized by the shard, not by the

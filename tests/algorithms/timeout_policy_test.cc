@@ -1,5 +1,6 @@
 // OptiReduce mode's time bounds: calibration, moving history, censored samples, caps.
 #include "algorithms/timeout_policy.h"
+#include "tests/common/resident.h"
 
 #include <unistd.h>
 
@@ -132,15 +133,7 @@ TEST(TimeoutPolicyStartGrace, StragglersGivenUpDoNotStretchIt) {
   EXPECT_EQ(policy.BoundFor(1024).start_grace, grace);
 }
 
-// Resident memory of this process (/proc/self/statm), in MiB.
-double ResidentMiB() {
-  FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return 0;
-  unsigned long size = 0, resident = 0;
-  const int got = std::fscanf(f, "%lu %lu", &size, &resident);
-  std::fclose(f);
-  return got == 2 ? resident * static_cast<double>(sysconf(_SC_PAGESIZE)) / (1 << 20) : 0;
-}
+using testing::ResidentMiB;
 
 // A job with dynamic shapes records operations of ever new sizes: 200 000 of them here.
 // The policy keeps the histories of at most kMaxSizes sizes, forgetting the one recorded
