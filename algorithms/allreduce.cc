@@ -604,7 +604,12 @@ void Run(Job job) {
       args.timeout = g.timeout.count() > 0 ? g.timeout
                                            : std::chrono::duration_cast<milliseconds>(ctx.getTimeout());
       BoundedContextState& state = ledger->bounded_state();
-      args.must_wait = state.LastLeftOut(ctx.size);
+      const BoundedContextState::WaitRule wait_rule =
+          state.MustWait(ctx.size, BoundedContextState::MaxLeftOutInARow(bytes));
+      args.must_wait = wait_rule.must_wait;
+      for (int r = 0; r < ctx.size; r++) {
+        if (wait_rule.slow[r] && ctx.rank == args.leader) stats.slow_ranks.push_back(r);
+      }
       Decision decision;
       std::vector<char> carry;
       args.decision_out = &decision;
@@ -617,7 +622,7 @@ void Run(Job job) {
         InvalidateOutputs(job);
         throw;
       }
-      state.NoteDecision(decision);
+      state.NoteDecision(decision, args.leader);
       if (!carry.empty()) stats.carry_dropped = state.AddCarry(carry_key, carry.data());
     } else {
       if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {

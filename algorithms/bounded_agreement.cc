@@ -1,5 +1,6 @@
 #include "algorithms/bounded_agreement.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "absl/status/status.h"
@@ -113,21 +114,42 @@ size_t BoundedContextState::carry_bytes() const {
   return carry_bytes_;
 }
 
-std::vector<bool> BoundedContextState::LastLeftOut(int ranks) const {
-  std::lock_guard<std::mutex> lock(mu_);
-  std::vector<bool> out(ranks, false);
-  for (const std::vector<bool>& left_out : recent_left_out_) {
-    for (size_t r = 0; r < left_out.size() && r < out.size(); r++) out[r] = out[r] || left_out[r];
-  }
-  return out;
+size_t BoundedContextState::MaxLeftOutInARow(size_t op_bytes) {
+  return std::clamp<size_t>(kCatchUpBytes / std::max<size_t>(op_bytes, 1), 1, kMaxLeftOutInARow);
 }
 
-void BoundedContextState::NoteDecision(const Decision& d) {
+BoundedContextState::WaitRule BoundedContextState::MustWait(int ranks,
+                                                           size_t max_in_a_row) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WaitRule rule;
+  rule.must_wait.assign(ranks, false);
+  rule.slow.assign(ranks, false);
+  std::vector<size_t> in_window(ranks, 0);
+  for (const std::vector<bool>& left_out : recent_left_out_) {
+    for (size_t r = 0; r < left_out.size() && r < in_window.size(); r++) in_window[r] += left_out[r];
+  }
+  for (int r = 0; r < ranks; r++) {
+    const size_t row = static_cast<size_t>(r) < left_out_in_a_row_.size() ? left_out_in_a_row_[r] : 0;
+    rule.slow[r] = in_window[r] > kMaxLeftOutInWindow;
+    rule.must_wait[r] = rule.slow[r] || row >= std::max<size_t>(max_in_a_row, 1);
+  }
+  return rule;
+}
+
+void BoundedContextState::NoteDecision(const Decision& d, int leader) {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<bool> left_out(d.counted.size(), false);
-  for (size_t r = 0; r < d.counted.size(); r++) left_out[r] = !d.counted[r];
+  if (left_out_in_a_row_.size() < d.counted.size()) left_out_in_a_row_.resize(d.counted.size(), 0);
+  for (size_t r = 0; r < d.counted.size(); r++) {
+    left_out[r] = !d.counted[r];
+    if (left_out[r]) {
+      left_out_in_a_row_[r]++;
+    } else if (static_cast<int>(r) != leader) {
+      left_out_in_a_row_[r] = 0;
+    }
+  }
   recent_left_out_.push_back(std::move(left_out));
-  while (recent_left_out_.size() > kRecentDecisions) recent_left_out_.pop_front();
+  while (recent_left_out_.size() > kWindow) recent_left_out_.pop_front();
 }
 
 }  // namespace optireduce

@@ -77,15 +77,36 @@ class BoundedContextState {
   bool TakeCarry(const CarryKey& key, void* data);
   size_t carry_bytes() const;
 
-  // Ranks any of the last kRecentDecisions decisions seen on this context did not count:
-  // a leader waits for them, however late, so a rank left out once is not left out again
-  // while it catches up. Several threads run operations of one context at once (PyTorch's
-  // two workers), so a decision of another thread's operation that counted the rank does
-  // not clear it; otherwise peers could run ahead of it without bound, beyond what their
-  // repair copies keep.
-  static constexpr size_t kRecentDecisions = 8;
-  std::vector<bool> LastLeftOut(int ranks) const;
-  void NoteDecision(const Decision& d);
+  // Which ranks a leader waits for however late they are. A rank that has not started by
+  // the start grace is left out and catches up on its own: the operations it is left out
+  // of cost it no waiting (the counted data is already there when it starts them), so it
+  // gains on its peers while they run on. Two limits keep that bounded:
+  // - in a row: a rank left out of each of the last `max_in_a_row` decisions is waited
+  //   for, so its peers run at most that many operations ahead of it (their repair copies
+  //   and its staging area must still hold what it has not received: the caller sizes
+  //   the limit by bytes). A decision a rank made as leader does not end its run: a
+  //   leader always counts itself, whatever its lag.
+  // - in a window: a rank left out of more than kMaxLeftOutInWindow of the last
+  //   kWindow decisions is slow every time, not now and then: it is waited for (and
+  //   counted) until it is left out less often, rather than silently left out of most
+  //   steps; `waited_for_slow` says so in the stats.
+  // Several threads run operations of one context at once (PyTorch's two workers);
+  // decisions are noted in the order this rank sees them.
+  static constexpr size_t kMaxLeftOutInARow = 8;
+  static constexpr size_t kWindow = 32;
+  static constexpr size_t kMaxLeftOutInWindow = kWindow / 2;
+  struct WaitRule {
+    std::vector<bool> must_wait;  // per rank
+    std::vector<bool> slow;       // per rank: waited for by the window rule
+  };
+  WaitRule MustWait(int ranks, size_t max_in_a_row) const;
+  // The in-a-row limit for operations of `op_bytes`: a left-out rank's peers keep repair
+  // copies of their operations within the transport's budget (64 MiB by default); half of
+  // it bounds the operations they run ahead (two threads' operations share it), at most
+  // kMaxLeftOutInARow, at least 1.
+  static constexpr size_t kCatchUpBytes = size_t{32} << 20;
+  static size_t MaxLeftOutInARow(size_t op_bytes);
+  void NoteDecision(const Decision& d, int leader);
 
  private:
   mutable std::mutex mu_;
@@ -96,7 +117,8 @@ class BoundedContextState {
   absl::flat_hash_map<CarryKey, Entry> carry_;
   std::list<CarryKey> oldest_first_;
   size_t carry_bytes_ = 0;
-  std::deque<std::vector<bool>> recent_left_out_;  // newest last
+  std::deque<std::vector<bool>> recent_left_out_;  // the last kWindow decisions, newest last
+  std::vector<size_t> left_out_in_a_row_;          // per rank
 };
 
 }  // namespace optireduce

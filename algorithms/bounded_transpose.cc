@@ -383,7 +383,8 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     for (size_t i = 0; i < regions1.size(); i++) any_missing = any_missing || !rx1->FirstArrival(i);
     if (any_missing) {
       // Peers that have not started are waited for until the start grace (until the
-      // timeout when one of them was left out last time: nobody falls further behind).
+      // timeout when one of them must be waited for: left out too often, see
+      // BoundedContextState::MustWait).
       const auto now = Clock::now();
       const Clock::time_point until =
           must_wait ? complete_by : std::max(start_by, now + a.bound.quiet);

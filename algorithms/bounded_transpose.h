@@ -66,7 +66,7 @@ struct BoundedTransposeArgs {
   // Agreement: the operation's leader (LeaderOf), the Gloo slot its decision travels on,
   // and until when waits that must end complete (the decision, repairs of counted data)
   // may take: the operation's timeout. `must_wait`: ranks the leader waits for however
-  // late they are (left out by a recent decision); empty: none.
+  // late they are (BoundedContextState::MustWait); empty: none.
   int leader = 0;
   uint64_t decision_slot = 0;
   std::chrono::milliseconds timeout{0};  // 0: the context's timeout

@@ -42,7 +42,8 @@ std::string OpStats::ToJson() const {
                       ",\"start_lag_gave_up\":", start_lag_gave_up ? "true" : "false",
                       ",\"phase1\":", PhaseJson(phase[0]), ",\"phase2\":", PhaseJson(phase[1]),
                       ",\"leader\":", leader, ",\"deferred_ranks\":[",
-                      absl::StrJoin(deferred_ranks, ","), "],\"deferred_pct\":", deferred_pct,
+                      absl::StrJoin(deferred_ranks, ","), "],\"slow_ranks\":[",
+                      absl::StrJoin(slow_ranks, ","), "],\"deferred_pct\":", deferred_pct,
                       ",\"carried_in\":", carried_in ? "true" : "false",
                       ",\"loss_pct\":", loss_pct, ",\"damaged\":", damaged ? "true" : "false",
                       ",\"duration_ms\":", duration_ms, "}");

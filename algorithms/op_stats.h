@@ -65,6 +65,10 @@ struct OpStats {
   // buffer. The same on every rank.
   int leader = -1;
   std::vector<int> deferred_ranks;
+  // On the leader: ranks it waited for however late because they were left out of more
+  // than half of the recent operations (slow every time, not now and then; see
+  // BoundedContextState::MustWait). Empty on the other ranks.
+  std::vector<int> slow_ranks;
   // Share of the (element, contribution) pairs of the exact sum that this result does not
   // hold yet (deferred, carried into the next operation on the buffer); the same on every
   // rank. loss_pct is the same number (the name older consumers read).

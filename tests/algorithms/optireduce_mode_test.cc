@@ -283,7 +283,12 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
     transport::IncastControl model(ctx->size - 1, 1);
     for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
       Result r = Reduce(ctx, policy, step % 4, 0.05);
-      if (r.stats.mode == OpMode::kBounded) model.OnOperation(r.stats.loss_pct / 100, r.stats.RanLate());
+      if (r.stats.mode != OpMode::kBounded) continue;
+      // The engine learns from what the network lost before repairs (loss_pct is what the
+      // result still lacks after them, zero here).
+      const double expected = r.stats.phase[0].bytes_expected + r.stats.phase[1].bytes_expected;
+      const double received = r.stats.phase[0].bytes_received + r.stats.phase[1].bytes_received;
+      model.OnOperation(expected == 0 ? 0.0 : 1.0 - received / expected, r.stats.RanLate());
     }
     EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
     EXPECT_GE(model.senders(), 1);
