@@ -611,7 +611,7 @@ void Run(Job job) {
         if (wait_rule.slow[r] && ctx.rank == args.leader) stats.slow_ranks.push_back(r);
       }
       Decision decision;
-      std::vector<char> carry;
+      std::vector<char> carry = state.SpareCarry(bytes);
       args.decision_out = &decision;
       args.carry_out = &carry;
       try {
@@ -623,7 +623,11 @@ void Run(Job job) {
         throw;
       }
       state.NoteDecision(decision, args.leader);
-      if (!carry.empty()) stats.carry_dropped = state.AddCarry(carry_key, carry.data());
+      if (carry.empty()) {
+        state.ReturnSpareCarry(std::move(carry));
+      } else {
+        stats.carry_dropped = state.AddCarry(carry_key, std::move(carry));
+      }
     } else {
       if (g.elements > 0 && !job.bounded && !job.hadamard && bytes <= job.small_message_bytes) {
         RecursiveDoublingArgs rd;

@@ -68,13 +68,15 @@ absl::StatusOr<Decision> Decision::Decode(const std::vector<uint64_t>& words, in
   return d;
 }
 
-size_t BoundedContextState::AddCarry(const CarryKey& key, const void* values) {
+size_t BoundedContextState::AddCarry(const CarryKey& key, std::vector<char>&& values) {
   const size_t bytes = key.elements * ElementSize(key.type);
+  values.resize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = carry_.find(key);
   if (it != carry_.end()) {
-    Add(key.type, it->second.values.data(), values, key.elements);
+    Add(key.type, it->second.values.data(), values.data(), key.elements);
     oldest_first_.splice(oldest_first_.end(), oldest_first_, it->second.age);
+    RecycleLocked(std::move(values));
     return 0;
   }
   size_t dropped = 0;
@@ -86,8 +88,7 @@ size_t BoundedContextState::AddCarry(const CarryKey& key, const void* values) {
     dropped++;
   }
   Entry e;
-  e.values.resize(bytes);
-  std::memcpy(e.values.data(), values, bytes);
+  e.values = std::move(values);
   e.age = oldest_first_.insert(oldest_first_.end(), key);
   carry_.emplace(key, std::move(e));
   carry_bytes_ += bytes;
@@ -106,7 +107,39 @@ bool BoundedContextState::TakeCarry(const CarryKey& key, void* data) {
     carry_.erase(it);
   }
   Add(key.type, data, e.values.data(), key.elements);
+  std::lock_guard<std::mutex> lock(mu_);
+  RecycleLocked(std::move(e.values));
   return true;
+}
+
+std::vector<char> BoundedContextState::SpareCarry(size_t bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = spare_carries_.begin(); it != spare_carries_.end(); ++it) {
+    if (it->capacity() >= bytes) {
+      std::vector<char> v = std::move(*it);
+      spare_carries_.erase(it);
+      return v;
+    }
+  }
+  return {};
+}
+
+void BoundedContextState::ReturnSpareCarry(std::vector<char>&& v) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecycleLocked(std::move(v));
+}
+
+void BoundedContextState::RecycleLocked(std::vector<char>&& v) {
+  v.clear();  // keeps the memory
+  if (v.capacity() == 0) return;
+  if (spare_carries_.size() < kSpareCarries) {
+    spare_carries_.push_back(std::move(v));
+    return;
+  }
+  // Keep the largest ones: they serve any smaller carry.
+  auto smallest = std::min_element(spare_carries_.begin(), spare_carries_.end(),
+                                   [](const auto& x, const auto& y) { return x.capacity() < y.capacity(); });
+  if (smallest->capacity() < v.capacity()) *smallest = std::move(v);
 }
 
 size_t BoundedContextState::carry_bytes() const {

@@ -70,11 +70,20 @@ class BoundedContextState {
   // Memory for carried contributions; above it the oldest carry is dropped and counted.
   static constexpr size_t kCarryBudgetBytes = size_t{2} << 30;
 
-  // Adds `elements` values (float32 or float64 as `key.type`) to the carry of `key`.
-  // Returns how many carries were dropped to stay within the budget.
-  size_t AddCarry(const CarryKey& key, const void* values);
+  // Adds `values` (`key.elements` float32 or float64 values as `key.type`) to the carry of
+  // `key`, taking the vector (no copy). Returns how many carries were dropped to stay
+  // within the budget.
+  size_t AddCarry(const CarryKey& key, std::vector<char>&& values);
   // Adds the carry of `key` into `data` and forgets it; false when there was none.
   bool TakeCarry(const CarryKey& key, void* data);
+  // An empty vector for the next carry: memory of a carry already applied when there is
+  // one of at least `bytes` (its pages are touched: a fresh multi-MiB carry costs page
+  // faults inside the operation), else a new one. At most kSpareCarries are kept.
+  static constexpr size_t kSpareCarries = 2;
+  // Spares are memory beyond kCarryBudgetBytes (at most kSpareCarries buffers).
+  std::vector<char> SpareCarry(size_t bytes);
+  // Gives back a vector SpareCarry returned that no carry was written into.
+  void ReturnSpareCarry(std::vector<char>&& v);
   size_t carry_bytes() const;
 
   // Which ranks a leader waits for however late they are. A rank that has not started by
@@ -117,6 +126,8 @@ class BoundedContextState {
   absl::flat_hash_map<CarryKey, Entry> carry_;
   std::list<CarryKey> oldest_first_;
   size_t carry_bytes_ = 0;
+  std::vector<std::vector<char>> spare_carries_;
+  void RecycleLocked(std::vector<char>&& v);
   std::deque<std::vector<bool>> recent_left_out_;  // the last kWindow decisions, newest last
   std::vector<size_t> left_out_in_a_row_;          // per rank
 };

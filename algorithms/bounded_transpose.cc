@@ -484,17 +484,19 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   a.channel->Release(op1);
 
   // What of this rank's own contribution is not applied: all of it when it is not
-  // counted, else its values in the shards of owners that are not counted.
-  std::vector<T> carry;
-  bool any_deferred = !counted[rank];
-  for (int o = 0; o < n; o++) any_deferred = any_deferred || (!counted[o] && plan.ShardCount(o) > 0);
-  if (any_deferred && a.carry_out != nullptr) {
-    carry.assign(a.elements, T(0));
-    for (int o = 0; o < n; o++) {
-      if (counted[rank] && (counted[o] || o == rank)) continue;
-      const size_t b = plan.ShardBegin(o);
-      std::memcpy(carry.data() + b, data + b, plan.ShardCount(o) * sizeof(T));
-    }
+  // counted, else its values in the shards of owners that are not counted. Written
+  // straight into the caller's carry (a warm spare, BoundedContextState::SpareCarry),
+  // before the placement below overwrites them.
+  std::vector<std::pair<size_t, size_t>> carried;  // element ranges [begin, end)
+  for (int o = 0; o < n; o++) {
+    if (plan.ShardCount(o) == 0 || (counted[rank] && (counted[o] || o == rank))) continue;
+    carried.emplace_back(plan.ShardBegin(o), plan.ShardBegin(o) + plan.ShardCount(o));
+  }
+  T* carry = nullptr;
+  if (!carried.empty() && a.carry_out != nullptr) {
+    a.carry_out->assign(a.elements * sizeof(T), 0);
+    carry = reinterpret_cast<T*>(a.carry_out->data());
+    for (const auto& [b, e] : carried) std::memcpy(carry + b, data + b, (e - b) * sizeof(T));
   }
   if (counted[rank]) a.channel->Detach(op2);
   if (a.inverse_hadamard) {
@@ -504,10 +506,19 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     PlaceReducedShards(data, plan, regions2, counted, rank);
   }
   rx2.reset();
-  if (!carry.empty()) {
-    if (a.inverse_hadamard) hadamard::Inverse(carry.data(), a.elements, a.hadamard_seed, a.hadamard);
-    a.carry_out->resize(a.elements * sizeof(T));
-    std::memcpy(a.carry_out->data(), carry.data(), a.elements * sizeof(T));
+  if (carry != nullptr && a.inverse_hadamard) {
+    // The transform is block by block: blocks holding no carried value stay zero, so only
+    // those that do are transformed back (a counted rank carries 1/N of the buffer at most
+    // per owner left out).
+    size_t next = 0;  // first carried range that may overlap the current block
+    for (const hadamard::Block& block : hadamard::Blocks(a.elements, a.hadamard)) {
+      const size_t b0 = block.offset;
+      const size_t b1 = b0 + (size_t{1} << block.log2_size);
+      while (next < carried.size() && carried[next].second <= b0) next++;
+      if (next < carried.size() && carried[next].first < b1) {
+        hadamard::InverseBlock(carry, block, a.hadamard_seed, a.hadamard);
+      }
+    }
   }
   if (a.decision_out != nullptr) *a.decision_out = decision;
   // The decision's sends complete when each peer has posted its receive — a straggler

@@ -87,6 +87,32 @@ TEST(BoundedWaitRule, LargerOperationsGetAShorterRun) {
   EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(size_t{1} << 32), 1u);
 }
 
+TEST(BoundedCarry, CarriesAddUpAndTheirMemoryIsReused) {
+  BoundedContextState state;
+  std::vector<float> out(1000, 0.0f);
+  const BoundedContextState::CarryKey key{reinterpret_cast<uintptr_t>(out.data()), out.size(),
+                                         DataType::kFloat32};
+  auto carry_of = [&](float v) {
+    std::vector<char> c = state.SpareCarry(out.size() * sizeof(float));
+    c.assign(out.size() * sizeof(float), 0);
+    for (size_t i = 0; i < out.size(); i++) reinterpret_cast<float*>(c.data())[i] = v * i;
+    return c;
+  };
+  EXPECT_EQ(state.AddCarry(key, carry_of(1.0f)), 0u);
+  EXPECT_EQ(state.AddCarry(key, carry_of(2.0f)), 0u);  // adds to the one held
+  EXPECT_EQ(state.carry_bytes(), out.size() * sizeof(float));
+  ASSERT_TRUE(state.TakeCarry(key, out.data()));
+  for (size_t i = 0; i < out.size(); i++) ASSERT_EQ(out[i], 3.0f * i) << i;
+  EXPECT_EQ(state.carry_bytes(), 0u);
+  EXPECT_FALSE(state.TakeCarry(key, out.data())) << "a carry is applied once";
+  // The applied carry's memory serves the next one.
+  std::vector<char> spare = state.SpareCarry(out.size() * sizeof(float));
+  EXPECT_GE(spare.capacity(), out.size() * sizeof(float));
+  EXPECT_TRUE(spare.empty());
+  EXPECT_EQ(state.SpareCarry(1).capacity(), spare.capacity()) << "two spares: both were kept";
+  EXPECT_EQ(state.SpareCarry(1).capacity(), 0u) << "no third spare";
+}
+
 TEST(BoundedDecision, RoundTripsAndRefusesAnotherOperation) {
   Decision d = LeavingOut({0, 3}, /*op=*/42);
   const std::vector<uint64_t> words = d.Encode();
