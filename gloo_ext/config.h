@@ -65,9 +65,10 @@ struct Config {
   // started to start), as a fraction of the operation's bound. In [0, 10]; 0 = no repair.
   double repair_budget = 1.0;
   // Bounded mode: how long a rank that has not started an operation is waited for —
-  // false: the repair budget (default); true: learned from how late ranks usually start
-  // (TimeoutOptions::learn_start_grace). OPTIREDUCE_START_GRACE=budget|learned.
-  bool learn_start_grace = false;
+  // true (default): learned from how late ranks usually start, so a straggler is left
+  // out and its contribution carried into the next operation on the buffer; false: the
+  // repair budget (TimeoutOptions::learn_start_grace). OPTIREDUCE_START_GRACE=learned|budget.
+  bool learn_start_grace = true;
   // Where the interposer writes its counters as JSON at process exit ("" = nowhere).
   // "%p" in the path is replaced by the process id.
   std::string stats_file;

@@ -573,7 +573,7 @@ def add_common(ap):
                          "default: the library's, 1)")
     ap.add_argument("--start-grace", choices=["budget", "learned"], default=None,
                     help="optireduce config: OPTIREDUCE_START_GRACE (how long a rank that "
-                         "has not started is waited for; default: the library's, budget)")
+                         "has not started is waited for; default: the library's, learned)")
     ap.add_argument("--resync-every", type=int, default=0, metavar="N",
                     help="optireduce config: optireduce.sync_parameters(model) every N steps "
                          "(default 0 = never)")

@@ -126,7 +126,7 @@ def test_quick_run_trains_every_config(tmp_path):
     # --repair-budget reached the library (as parsed by it), for OptiReduce mode only.
     assert float(summary["optireduce"]["repair_budget"]) == 0.5, summary["optireduce"]
     assert summary["ring"]["repair_budget"] == "" and summary["tar_udp"]["repair_budget"] == ""
-    assert summary["optireduce"]["start_grace"] == "budget", summary["optireduce"]  # default
+    assert summary["optireduce"]["start_grace"] == "learned", summary["optireduce"]  # default
     assert summary["ring"]["start_grace"] == "" and summary["tar_udp"]["start_grace"] == ""
     # The speed-up is over ring's time to target, in the same environment.
     if summary["ring"]["time_to_target_s"] != "":

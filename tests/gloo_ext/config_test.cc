@@ -140,7 +140,7 @@ TEST(ConfigTest, RepairBudget) {
 }
 
 TEST(ConfigTest, StartGrace) {
-  EXPECT_FALSE(Parse({})->learn_start_grace);
+  EXPECT_TRUE(Parse({})->learn_start_grace) << "stragglers are left out by default";
   EXPECT_TRUE(Parse({{"OPTIREDUCE_START_GRACE", "learned"}})->learn_start_grace);
   EXPECT_TRUE(Parse({{"OPTIREDUCE_START_GRACE", " Learned "}})->learn_start_grace);
   EXPECT_FALSE(Parse({{"OPTIREDUCE_START_GRACE", "budget"}})->learn_start_grace);
