@@ -54,12 +54,12 @@ def stats():
 def sync_parameters(module, src=0, group=None):
     """Makes the parameters and buffers of `module` on every rank equal to rank `src`'s.
 
-    OptiReduce mode is not exact when an operation is damaged (stats()["optireduce"]): each
-    rank fills what it did not receive from its own contribution, so replicas of a DDP model
-    drift apart, and DDP synchronises parameters only once, at construction. Calling this
-    every few steps (all ranks, the same steps) keeps them one model. It is one
-    torch.distributed.broadcast per dtype of flattened tensors — Gloo's broadcast over the
-    reliable service, exact. The optimizer's own state (e.g. momentum) is not touched.
+    A utility: OptiReduce mode needs no resynchronisation (every rank holds the same bytes
+    after every allreduce; a deferred part is carried into the next operation on the same
+    buffer, see algorithms/README.md). Useful to align replicas that were built apart, e.g.
+    after loading different checkpoints. It is one torch.distributed.broadcast per dtype of
+    flattened tensors — Gloo's broadcast over the reliable service, exact. The optimizer's
+    own state (e.g. momentum) is not touched.
     """
     import torch
     import torch.distributed as dist
