@@ -261,7 +261,9 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
         throw gloo::IoException(absl::StrCat(
             "optireduce::allreduce (tag ", a.tag, ") failed ", what, " rank ", regions[i].peer,
             ": its data is counted on every rank, but it released it before it arrived whole "
-            "(its operation ended early)"));
+            "(its operation ended early; ", got, " of ", regions[i].nbytes,
+            " bytes arrived; rank ", a.context->rank, " is ",
+            counted[a.context->rank] ? "" : "not ", "counted by leader ", a.leader, ")"));
       }
     }
     const auto now = Clock::now();

@@ -93,7 +93,7 @@ void BoundedSources::Detach(uint64_t op) {
 
 void BoundedSources::Reserve(size_t bytes) {
   if (bytes == 0) return;
-  const size_t want = std::min<size_t>(kDetachedOps + 1, budget_ / bytes + 1);
+  const size_t want = std::min<size_t>({kDetachedOps + 1, budget_ / bytes + 1, kMaxSpares});
   size_t have = 0;
   {
     const auto lock = LockForUpdate();

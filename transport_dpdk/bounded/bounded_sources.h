@@ -30,12 +30,15 @@ class BoundedSources {
  public:
   explicit BoundedSources(size_t detached_budget_bytes = 64 << 20)
       : budget_(detached_budget_bytes) {}
-  // Detached operations kept at most (within the byte budget): OptiReduce mode's peers
-  // must receive a counted owner's shard whole (algorithms/bounded_agreement.h), so a
-  // peer still repairing it must find it here while this rank runs further operations —
-  // of other tags, which need nothing from that peer, as fast as they come. Reusing the
-  // copies keeps them hot (a fresh multi-MiB copy per operation costs page faults).
-  static constexpr size_t kDetachedOps = 32;
+  // Detached operations kept at most (within the byte budget, which is what bounds them
+  // but for small operations): OptiReduce mode's peers must receive a counted owner's
+  // shard whole (algorithms/bounded_agreement.h), so a peer still repairing it must find
+  // it here while this rank runs further operations — of other tags, which need nothing
+  // from that peer, as fast as they come (two threads of small allreduces on a loaded
+  // host ran 32 operations within one descheduling of the peer's repairing thread).
+  // Reusing the copies keeps them hot (a fresh multi-MiB copy per operation costs page
+  // faults).
+  static constexpr size_t kDetachedOps = 1024;
   static constexpr size_t kMaxSpares = 8;
   // `estimated`: the bytes are an estimate (see BoundedChannel::Send); readers learn it.
   void Register(uint64_t op, int peer, const void* src, size_t nbytes, bool estimated);
