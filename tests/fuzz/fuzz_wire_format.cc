@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace {
 

@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/packet_io_loop.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/io/loop/packet_io_loop.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,5 +1,5 @@
-#include "transport_dpdk/fault_injector.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/io/fault_injector.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 #include <functional>
 #include <random>
 
-#include "transport_dpdk/crc32c.h"
+#include "transport_dpdk/wire/crc32c.h"
 
 namespace optireduce {
 namespace transport {

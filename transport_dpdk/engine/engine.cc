@@ -1,7 +1,7 @@
 // The Engine's public calls: creation and shutdown, contexts and peers (register,
 // connect, wait, close), posting sends and recvs, recv buffers, cancellation, and the
 // read-only views (stats, debug state, failure). The work itself is in engine_*.cc.
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 #include <time.h>
 
@@ -11,7 +11,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/engine/engine_impl.h"
 
 namespace optireduce {
 namespace transport {

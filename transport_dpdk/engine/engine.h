@@ -20,9 +20,9 @@
 #include "absl/status/statusor.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/bounded/source_access.h"
-#include "transport_dpdk/op_sink.h"
-#include "transport_dpdk/packet_io.h"
-#include "transport_dpdk/stats.h"
+#include "transport_dpdk/engine/op_sink.h"
+#include "transport_dpdk/io/packet_io.h"
+#include "transport_dpdk/engine/stats.h"
 
 namespace optireduce {
 namespace transport {

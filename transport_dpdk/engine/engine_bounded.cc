@@ -1,7 +1,7 @@
 // The bounded (unreliable) service: sends of whole sources and repairs, paced and
 // limited to a few senders at once (PumpBoundedSends, PumpBounded), the handler of
 // bounded packets and repair requests, and the Engine calls that drive them.
-#include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/engine/engine_impl.h"
 
 #include <algorithm>
 #include <utility>

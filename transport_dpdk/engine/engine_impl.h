@@ -15,10 +15,10 @@
 #include <thread>
 #include <vector>
 
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/engine_state.h"
-#include "transport_dpdk/packet_io.h"
-#include "transport_dpdk/stats.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/engine/engine_state.h"
+#include "transport_dpdk/io/packet_io.h"
+#include "transport_dpdk/engine/stats.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,7 +1,7 @@
 // Peer liveness and context failure: peers the device reports unreachable, probes of
 // peers that owe something (CheckLiveness), ABORT from a failed peer, failing every
 // pending operation of a context, and closing contexts that finished their linger.
-#include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/engine/engine_impl.h"
 
 #include <algorithm>
 #include <string>

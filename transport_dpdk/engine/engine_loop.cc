@@ -1,8 +1,8 @@
 // The progress loop: the thread that polls the device (Run, Poll), hands every
 // datagram to the receive path, pumps every peer's sends, and the transmit batch that
 // collects what goes out (Emit, FillHeader) and hands it to the device (Flush).
-#include "transport_dpdk/engine_impl.h"
-#include "transport_dpdk/poll_backoff.h"
+#include "transport_dpdk/engine/engine_impl.h"
+#include "transport_dpdk/engine/poll_backoff.h"
 
 #include <pthread.h>
 #include <sched.h>

@@ -1,7 +1,7 @@
 // The receive path: a datagram from parse to the packet handlers (HandleDatagram,
 // Dispatch), early datagrams kept until their peer connects, eager and rendezvous data,
 // and matching arrivals to posted recvs and registered recv buffers.
-#include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/engine/engine_impl.h"
 
 #include <algorithm>
 #include <cstring>

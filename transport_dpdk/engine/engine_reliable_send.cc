@@ -1,7 +1,7 @@
 // The reliable sender: sequence numbers for new packets (SendNew, SendNextData), what
 // goes out per peer and iteration under the windows (Pump), retransmission, acks in
 // both directions (SendAck, HandleAck) and the completion of sent messages.
-#include "transport_dpdk/engine_impl.h"
+#include "transport_dpdk/engine/engine_impl.h"
 
 #include <algorithm>
 #include <memory>

@@ -14,13 +14,13 @@
 #include <utility>
 #include <vector>
 
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/payload_pool.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/engine/payload_pool.h"
 #include "transport_dpdk/reliable/ack_scheduler.h"
 #include "transport_dpdk/reliable/peer_liveness.h"
 #include "transport_dpdk/reliable/receive_window.h"
 #include "transport_dpdk/reliable/reliable_sender.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace transport {

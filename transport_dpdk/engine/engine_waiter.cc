@@ -8,8 +8,8 @@
 // the two threads that used to poll per rank only one does.
 #include <sched.h>
 
-#include "transport_dpdk/engine_impl.h"
-#include "transport_dpdk/poll_backoff.h"
+#include "transport_dpdk/engine/engine_impl.h"
+#include "transport_dpdk/engine/poll_backoff.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,5 +1,5 @@
 // payload_pool.cc — see payload_pool.h.
-#include "transport_dpdk/payload_pool.h"
+#include "transport_dpdk/engine/payload_pool.h"
 
 #include <cstring>
 #include <new>

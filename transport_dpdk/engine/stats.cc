@@ -1,4 +1,4 @@
-#include "transport_dpdk/stats.h"
+#include "transport_dpdk/engine/stats.h"
 
 #include "absl/strings/str_cat.h"
 

@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "transport_dpdk/counter_list.h"
-#include "transport_dpdk/wire_format.h"
+#include "common/counter_list.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace transport {

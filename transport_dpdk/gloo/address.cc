@@ -1,4 +1,4 @@
-#include "transport_dpdk/address.h"
+#include "transport_dpdk/gloo/address.h"
 
 #include <cstring>
 

@@ -11,7 +11,7 @@
 #include <gloo/transport/address.h>
 
 #include "absl/status/statusor.h"
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/packet_io.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,10 +1,10 @@
-#include "transport_dpdk/buffer.h"
+#include "transport_dpdk/gloo/buffer.h"
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 
-#include "transport_dpdk/context.h"
-#include "transport_dpdk/op_wait.h"
+#include "transport_dpdk/gloo/context.h"
+#include "transport_dpdk/gloo/op_wait.h"
 
 namespace optireduce {
 namespace transport {

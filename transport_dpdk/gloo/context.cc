@@ -1,4 +1,4 @@
-#include "transport_dpdk/context.h"
+#include "transport_dpdk/gloo/context.h"
 
 #include <gloo/common/logging.h>
 
@@ -7,8 +7,8 @@
 #include "absl/strings/str_cat.h"
 
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/pair.h"
-#include "transport_dpdk/unbound_buffer.h"
+#include "transport_dpdk/gloo/pair.h"
+#include "transport_dpdk/gloo/unbound_buffer.h"
 
 namespace optireduce {
 namespace transport {

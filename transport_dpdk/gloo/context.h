@@ -10,7 +10,7 @@
 
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_endpoint.h"
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,10 +1,10 @@
-#include "transport_dpdk/op_wait.h"
+#include "transport_dpdk/gloo/op_wait.h"
 
 #include <gloo/common/error.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 namespace optireduce {
 namespace transport {

@@ -7,7 +7,7 @@
 #include <functional>
 #include <string>
 
-#include "transport_dpdk/op_sink.h"
+#include "transport_dpdk/engine/op_sink.h"
 
 namespace optireduce {
 namespace transport {

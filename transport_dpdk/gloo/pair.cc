@@ -1,11 +1,11 @@
-#include "transport_dpdk/pair.h"
+#include "transport_dpdk/gloo/pair.h"
 
 #include <gloo/common/error.h>
 #include <gloo/common/logging.h>
 
-#include "transport_dpdk/buffer.h"
-#include "transport_dpdk/context.h"
-#include "transport_dpdk/unbound_buffer.h"
+#include "transport_dpdk/gloo/buffer.h"
+#include "transport_dpdk/gloo/context.h"
+#include "transport_dpdk/gloo/unbound_buffer.h"
 
 namespace optireduce {
 namespace transport {

@@ -10,7 +10,7 @@
 
 #include <gloo/transport/pair.h>
 
-#include "transport_dpdk/address.h"
+#include "transport_dpdk/gloo/address.h"
 
 namespace optireduce {
 namespace transport {

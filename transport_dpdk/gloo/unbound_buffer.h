@@ -3,13 +3,13 @@
 // through an OpSink.
 #pragma once
 
-#include "transport_dpdk/op_wait.h"
+#include "transport_dpdk/gloo/op_wait.h"
 
 #include <memory>
 
 #include <gloo/transport/unbound_buffer.h>
 
-#include "transport_dpdk/op_sink.h"
+#include "transport_dpdk/engine/op_sink.h"
 
 namespace optireduce {
 namespace transport {

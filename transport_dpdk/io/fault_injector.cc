@@ -1,9 +1,9 @@
-#include "transport_dpdk/fault_injector.h"
+#include "transport_dpdk/io/fault_injector.h"
 
 #include <algorithm>
 
-#include "transport_dpdk/stats.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/engine/stats.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 #include <cstdlib>
 #include <cstring>

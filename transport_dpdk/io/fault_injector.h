@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/packet_io.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,4 +1,4 @@
-#include "transport_dpdk/crc32c.h"
+#include "transport_dpdk/wire/crc32c.h"
 
 #include <cstring>
 

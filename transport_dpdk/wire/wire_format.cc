@@ -1,9 +1,9 @@
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "transport_dpdk/crc32c.h"
+#include "transport_dpdk/wire/crc32c.h"
 
 namespace optireduce {
 namespace transport {

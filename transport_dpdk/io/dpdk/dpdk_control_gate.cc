@@ -1,4 +1,4 @@
-#include "transport_dpdk/dpdk_control_gate.h"
+#include "transport_dpdk/io/dpdk/dpdk_control_gate.h"
 
 #include <sys/eventfd.h>
 #include <unistd.h>

@@ -1,4 +1,4 @@
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 #include <pthread.h>
 #include <sched.h>

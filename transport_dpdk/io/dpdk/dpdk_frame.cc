@@ -1,4 +1,4 @@
-#include "transport_dpdk/dpdk_frame.h"
+#include "transport_dpdk/io/dpdk/dpdk_frame.h"
 
 #include <arpa/inet.h>
 

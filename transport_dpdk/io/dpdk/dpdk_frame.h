@@ -13,7 +13,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/packet_io.h"
 
 namespace optireduce {
 namespace transport {

@@ -1,4 +1,4 @@
-#include "transport_dpdk/dpdk_port.h"
+#include "transport_dpdk/io/dpdk/dpdk_port.h"
 
 #include <unistd.h>
 

@@ -11,7 +11,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "transport_dpdk/dpdk_frame.h"
+#include "transport_dpdk/io/dpdk/dpdk_frame.h"
 
 struct rte_mempool;
 

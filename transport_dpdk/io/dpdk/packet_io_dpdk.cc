@@ -2,7 +2,7 @@
 // (MTU, ring sizes, MAC and IPv4 address), teardown, peer addresses, and the
 // counters. Frames go out in packet_io_dpdk_tx.cc, come in in
 // packet_io_dpdk_rx.cc; mesh routing and memif links: packet_io_dpdk_links.cc.
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 #include <arpa/inet.h>
 #include <sys/eventfd.h>
@@ -19,7 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace transport {

@@ -21,12 +21,12 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "transport_dpdk/counter_list.h"
+#include "common/counter_list.h"
 #include "transport_dpdk/dpdk_attr.h"
-#include "transport_dpdk/dpdk_control_gate.h"
-#include "transport_dpdk/dpdk_frame.h"
-#include "transport_dpdk/dpdk_port.h"
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/dpdk/dpdk_control_gate.h"
+#include "transport_dpdk/io/dpdk/dpdk_frame.h"
+#include "transport_dpdk/io/dpdk/dpdk_port.h"
+#include "transport_dpdk/io/packet_io.h"
 
 struct rte_mbuf;
 

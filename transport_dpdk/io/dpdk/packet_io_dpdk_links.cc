@@ -1,7 +1,7 @@
 // packet_io_dpdk_links.cc — DpdkPacketIo's links to peers: the mesh route of a
 // peer (learned MAC -> port), link hellos and memif ring priming, the control gate
 // around memif use, and memif links going down reported as unreachable peers.
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 #include <algorithm>
 #include <cstring>

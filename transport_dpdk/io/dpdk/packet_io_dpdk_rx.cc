@@ -2,7 +2,7 @@
 // port in turn, parses and checks frames, learns mesh routes, hands payloads to
 // the engine in place) and waiting for input (WaitForInput, Wake, and the waits of
 // waiter-driven receive).
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 #include <poll.h>
 #include <unistd.h>

@@ -1,7 +1,7 @@
 // packet_io_dpdk_tx.cc — DpdkPacketIo's transmit side: building Ethernet/IPv4/UDP
 // frames around engine datagrams (copied or, on memif, chained zero-copy), the
 // per-port software backlog that absorbs a full TX ring, and TxBurst itself.
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 #include <algorithm>
 #include <cstring>

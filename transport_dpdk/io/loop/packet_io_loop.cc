@@ -1,4 +1,4 @@
-#include "transport_dpdk/packet_io_loop.h"
+#include "transport_dpdk/io/loop/packet_io_loop.h"
 
 #include <unistd.h>
 

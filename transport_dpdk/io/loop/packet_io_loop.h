@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/packet_io.h"
 
 namespace optireduce {
 namespace transport {

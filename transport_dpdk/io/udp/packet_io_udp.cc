@@ -1,4 +1,4 @@
-#include "transport_dpdk/packet_io_udp.h"
+#include "transport_dpdk/io/udp/packet_io_udp.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "transport_dpdk/attr.h"
-#include "transport_dpdk/packet_io.h"
+#include "transport_dpdk/io/packet_io.h"
 
 namespace optireduce {
 namespace transport {
