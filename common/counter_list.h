@@ -19,6 +19,11 @@
 
 namespace optireduce {
 
+// Adds n to a live counter (relaxed: written by one thread, read by anyone).
+inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
+  c.fetch_add(n, std::memory_order_relaxed);
+}
+
 inline uint64_t CounterValue(uint64_t v) { return v; }
 inline uint64_t CounterValue(const std::atomic<uint64_t>& v) {
   return v.load(std::memory_order_relaxed);

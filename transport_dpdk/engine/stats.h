@@ -96,9 +96,5 @@ struct AtomicStats {
   Stats Snapshot() const;
 };
 
-inline void Bump(std::atomic<uint64_t>& c, uint64_t n = 1) {
-  c.fetch_add(n, std::memory_order_relaxed);
-}
-
 }  // namespace transport
 }  // namespace optireduce

@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "transport_dpdk/engine/stats.h"
+#include "common/counter_list.h"
 #include "transport_dpdk/wire/wire_format.h"
 
 #include <cstdlib>
