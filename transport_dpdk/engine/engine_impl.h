@@ -214,7 +214,7 @@ struct Engine::Impl {
   void ReplayEarly(Ctx& c);
   // An acknowledgement: cumulative point, DSACK (header aux form: 0 none, else seq + 1)
   // and SACK bitmap (sack_len bytes; none for a piggybacked ack).
-  void HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack_aux, const uint8_t* sack,
+  void HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack, const uint8_t* sack,
                  uint32_t sack_len);
   void MarkAcked(Ctx& c, Peer& p, TxRecord& r);
   bool Apply(Ctx& c, Peer& p, const WireHeader& h, const uint8_t* payload);

@@ -72,7 +72,7 @@ bool Engine::Impl::ReportProvesGone(const Ctx& c, const Peer& p,
   // or close probe), or a sequenced packet not yet acknowledged.
   const auto type = static_cast<PacketType>(h.type);
   if (type == PacketType::kPing) {
-    const uint64_t last = h.aux == kCloseProbe ? p.close_probe_id : p.pings;
+    const uint64_t last = IsCloseProbe(h) ? p.close_probe_id : p.pings;
     return h.message_id <= last && last - h.message_id < kPingsInFlight;
   }
   const bool sequenced = !(h.flags & kFlagUnreliable) && type != PacketType::kAck &&
@@ -173,8 +173,7 @@ void Engine::Impl::SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id) {
 }
 
 void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
-  const int blamed = h.aux == 0 || h.aux > static_cast<uint64_t>(c.size)
-                         ? -1 : static_cast<int>(h.aux - 1);
+  const int blamed = AbortBlamedRank(h, c.size);
   if (blamed >= 0 && blamed != p.rank && blamed != c.rank) {
     p.gone_reason = absl::StrCat("peer rank ", blamed, " is gone (rank ", p.rank,
                                  "'s context failed on it and closed its connection)");
@@ -258,7 +257,7 @@ void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
     WireHeader h;
     FillHeader(c, p, &h);
     h.type = static_cast<uint8_t>(PacketType::kAbort);
-    h.aux = blamed >= 0 ? static_cast<uint64_t>(blamed) + 1 : 0;
+    SetAbortBlame(blamed, &h);
     if (c.token != 0) Emit(p, h, nullptr, 0);
   }
   Flush();
@@ -332,7 +331,7 @@ bool Engine::Impl::CloseSettled(Ctx& c, Peer& p, Clock::time_point now) {
     FillHeader(c, p, &h);
     h.type = static_cast<uint8_t>(PacketType::kPing);
     h.message_id = ++p.close_probe_id;
-    h.aux = kCloseProbe;
+    SetCloseProbe(&h);
     Emit(p, h, nullptr, 0);
     Bump(stats.close_probes_sent);
   }
@@ -353,7 +352,7 @@ void Engine::Impl::AnswerClosedProbe(const WireHeader& h) {
     pong.dst_context = g.peers[h.src_rank].second;
     pong.type = static_cast<uint8_t>(PacketType::kPong);
     pong.message_id = h.message_id;
-    pong.aux = kCloseSettled;
+    SetCloseReply(CloseReply::kSettled, &pong);
     EmitTo(nullptr, g.peers[h.src_rank].first, pong, nullptr, 0);
     return;
   }

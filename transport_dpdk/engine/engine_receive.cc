@@ -25,7 +25,7 @@ void Engine::Impl::HandleDatagram(uint8_t* data, uint32_t len) {
   Ctx* c = FindCtx(h.dst_context);
   if (!c) {
     Bump(stats.bad_context);
-    if (static_cast<PacketType>(h.type) == PacketType::kPing && h.aux == kCloseProbe) {
+    if (static_cast<PacketType>(h.type) == PacketType::kPing && IsCloseProbe(h)) {
       AnswerClosedProbe(h);
     }
     return;
@@ -97,14 +97,14 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   }
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
-      if (h.aux == kCloseProbe) {
+      if (IsCloseProbe(h)) {
         // A closing peer asks whether we wait for anything of its: answered whatever
         // our own state (open or closing).
         WireHeader pong;
         FillHeader(c, p, &pong);
         pong.type = static_cast<uint8_t>(PacketType::kPong);
         pong.message_id = h.message_id;
-        pong.aux = NothingOutstanding(p) ? kCloseSettled : kCloseBusy;
+        SetCloseReply(NothingOutstanding(p) ? CloseReply::kSettled : CloseReply::kBusy, &pong);
         Emit(p, pong, nullptr, 0);
         return;
       }
@@ -114,7 +114,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
-      if (c.closing && h.aux == kCloseSettled && h.message_id > p.close_probe_floor &&
+      if (c.closing && IsCloseSettled(h) && h.message_id > p.close_probe_floor &&
           h.message_id <= p.close_probe_id) {
         p.close_confirmed = true;
       }
@@ -136,10 +136,10 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   const bool unacked_none = p.unacked_base == 0;
   if (ack) {
     Bump(stats.acks_received);
-    HandleAck(c, p, h.ack_seq, h.aux, payload, h.payload_length);
+    HandleAck(c, p, h.ack_seq, AckDuplicateOf(h).value_or(kNoSeq), payload, h.payload_length);
   } else if ((h.flags & kFlagAckPiggyback) && h.ack_seq > p.unacked_base) {
     Bump(stats.piggybacked_acks_received);
-    HandleAck(c, p, h.ack_seq, 0, nullptr, 0);
+    HandleAck(c, p, h.ack_seq, kNoSeq, nullptr, 0);
   }
   if (unacked_none && p.unacked_base > 0) handshake_cv.notify_all();
   if (ack) return;

@@ -150,7 +150,7 @@ void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   FillHeader(c, p, &h);
   h.type = static_cast<uint8_t>(PacketType::kAck);
   h.ack_seq = p.rx.cum();
-  h.aux = p.dsack == kNoSeq ? 0 : p.dsack + 1;
+  if (p.dsack != kNoSeq) SetAckDuplicate(p.dsack, &h);
   p.dsack = kNoSeq;
   const size_t slot = tx_n;
   const size_t n = p.rx.Sack(tx_sack[slot], kMaxSackBytes);
@@ -160,11 +160,10 @@ void Engine::Impl::SendAck(Ctx& c, Peer& p) {
   Bump(stats.acks_sent);
 }
 
-void Engine::Impl::HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack_aux,
+void Engine::Impl::HandleAck(Ctx& c, Peer& p, uint64_t ack_seq, uint64_t dsack,
                              const uint8_t* sack, uint32_t sack_len) {
   ReliableSender& s = *p.sender;
   const ReliableSender::Counters before = s.counters();
-  const uint64_t dsack = dsack_aux == 0 ? kNoSeq : dsack_aux - 1;
   const bool ok = s.OnAck(ack_seq, sack, sack_len, dsack, Clock::now(),
                           [&](uint64_t seq) {
                             MarkAcked(c, p, p.unacked[seq - p.unacked_base]);

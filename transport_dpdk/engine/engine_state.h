@@ -238,9 +238,6 @@ struct ClosedCtx {
   std::vector<char> connected;
 };
 constexpr size_t kMaxClosedContexts = 64;
-// PING/PONG aux values of the closing handshake (wire_format.h).
-constexpr uint64_t kCloseProbe = 1;
-constexpr uint64_t kCloseBusy = 1, kCloseSettled = 2;
 // An ICMP report quoting one of the last this many PINGs to a peer (liveness or close
 // probes) counts as quoting a PING in flight (ReportProvesGone).
 constexpr uint64_t kPingsInFlight = 64;

@@ -6,7 +6,6 @@
 #include "transport_dpdk/wire/wire_format.h"
 
 #include <cstdlib>
-#include <cstring>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -105,11 +104,10 @@ bool FaultInjector::BurstLoss() {
 }
 
 bool FaultInjector::IsAck(const RxDatagram& d) const {
-  if (d.len < kHeaderBytes) return false;
-  uint16_t flags;
-  std::memcpy(&flags, d.data + 6, 2);
-  return d.data[5] == static_cast<uint8_t>(PacketType::kAck) &&
-         !(flags & kFlagUnreliable);
+  HeaderKind kind;
+  if (!PeekHeaderKind(d.data, d.len, &kind)) return false;
+  return kind.type == static_cast<uint8_t>(PacketType::kAck) &&
+         !(kind.flags & kFlagUnreliable);
 }
 
 bool FaultInjector::TailDrop(const RxDatagram& d) {

@@ -164,6 +164,13 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
   return ParseError::kOk;
 }
 
+bool PeekHeaderKind(const uint8_t* data, size_t len, HeaderKind* out) {
+  if (len < kHeaderBytes) return false;
+  out->type = data[5];
+  out->flags = Get16(data + 6);
+  return true;
+}
+
 ParseError ParseQuotedHeader(const uint8_t* data, size_t len, WireHeader* h) {
   if (len < kHeaderBytes) return ParseError::kTooShort;
   Deserialise(data, h);

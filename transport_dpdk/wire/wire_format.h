@@ -50,6 +50,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -174,6 +175,53 @@ inline AbsentReason AbsentReasonOf(const WireHeader& h) {
 inline void SetAbsentReason(AbsentReason reason, WireHeader* h) {
   h->aux = static_cast<uint64_t>(reason);
 }
+
+// A PING's aux: 0 for a liveness probe; kCloseProbe for a close probe (the sender's context
+// is destroyed and lingers). The PONG answering a close probe carries a CloseReply.
+inline constexpr uint64_t kCloseProbe = 1;
+inline bool IsCloseProbe(const WireHeader& h) { return h.aux == kCloseProbe; }
+inline void SetCloseProbe(WireHeader* h) { h->aux = kCloseProbe; }
+
+// The aux of a PONG answering a close probe: kSettled when the answering side has nothing
+// unacknowledged or queued for the prober (it needs nothing more from it; a released
+// context's engine answers so too), kBusy otherwise.
+enum class CloseReply : uint64_t {
+  kBusy = 1,
+  kSettled = 2,
+};
+inline bool IsCloseSettled(const WireHeader& h) {
+  return h.aux == static_cast<uint64_t>(CloseReply::kSettled);
+}
+inline void SetCloseReply(CloseReply reply, WireHeader* h) {
+  h->aux = static_cast<uint64_t>(reply);
+}
+
+// An ACK's aux: 1 + the sequence number of a packet that arrived twice since the last ack
+// (DSACK), 0: none.
+inline std::optional<uint64_t> AckDuplicateOf(const WireHeader& h) {
+  if (h.aux == 0) return std::nullopt;
+  return h.aux - 1;
+}
+inline void SetAckDuplicate(uint64_t seq, WireHeader* h) { h->aux = seq + 1; }
+
+// An ABORT's aux: 1 + the rank the sender's failure blames, 0: none (a timeout). Reading
+// it: the blamed rank, or -1 for none or a rank outside a context of context_size ranks.
+inline int AbortBlamedRank(const WireHeader& h, int context_size) {
+  if (h.aux == 0 || h.aux > static_cast<uint64_t>(context_size)) return -1;
+  return static_cast<int>(h.aux - 1);
+}
+inline void SetAbortBlame(int rank, WireHeader* h) {
+  h->aux = rank >= 0 ? static_cast<uint64_t>(rank) + 1 : 0;
+}
+
+// The type and flags of a datagram's header, read without checking anything else (magic,
+// checksum, lengths): for a fault injector that picks the datagrams it drops by their
+// kind. False if the datagram is shorter than a header.
+struct HeaderKind {
+  uint8_t type = 0;
+  uint16_t flags = 0;
+};
+bool PeekHeaderKind(const uint8_t* data, size_t len, HeaderKind* out);
 
 // Serialises h (with h.checksum ignored) into out[0..kHeaderBytes) and fills
 // in the checksum over header + payload (header only if h.flags has
