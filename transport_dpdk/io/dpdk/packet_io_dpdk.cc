@@ -29,7 +29,7 @@ using dpdk::Verdict;
 
 // Frames a memif ring holds (the PMD's default, log2_ring_size=10).
 constexpr uint32_t kMemifRing = 1024;
-// A memif port's mempool with big frames, at most (see Create).
+// A memif port's mempool with big frames, at most (see RingRequest).
 constexpr uint64_t kMemifPoolBytes = 64ull << 20;
 constexpr uint32_t kMinDatagram = 256;
 
@@ -40,6 +40,134 @@ uint32_t NextPow2(uint64_t v) {
 }
 
 std::atomic<int> g_device_number{0};
+
+// A frame must fit one mbuf (a 16-bit data room, less the headroom) and one IPv4 packet.
+constexpr uint32_t kMaxMtu = 65000;
+constexpr uint32_t kIpUdpOverhead = dpdk::kIpv4Header + dpdk::kUdpHeader;
+
+// The device's ethdev ports: attr.ports (by name or index, each once), else every port
+// the EAL probed.
+absl::StatusOr<std::vector<uint16_t>> PortIds(const dpdk::attr& a) {
+  const std::vector<std::string>& specs = a.ports;
+  std::vector<uint16_t> ids;
+  if (specs.empty()) {
+    uint16_t id;
+    RTE_ETH_FOREACH_DEV(id) ids.push_back(id);
+  } else {
+    for (const auto& s : specs) {
+      auto id = dpdk::FindPort(s);
+      if (!id.ok()) return id.status();
+      for (uint16_t seen : ids) {
+        if (seen == *id) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "dpdk attr.ports names port '", s, "' twice"));
+        }
+      }
+      ids.push_back(*id);
+    }
+  }
+  return ids;
+}
+
+// The IP MTU (IPv4 + UDP headers + the engine's datagram): attr.mtu, else the first port's
+// (or the memif buffers'). *set_mtu: the ports are to be configured to it.
+absl::StatusOr<uint32_t> ChooseMtu(const dpdk::attr& a, const std::vector<uint16_t>& ids,
+                                   bool* set_mtu) {
+  uint32_t mtu = a.mtu;
+  *set_mtu = a.mtu != 0;
+  if (mtu == 0) {
+    mtu = dpdk::OpenPort::PortMtu(ids[0]);
+    if (mtu == 0) mtu = 1500;
+    mtu = std::min<uint32_t>(mtu, 9000);
+    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs's
+    // buffer_size): frames up to the buffer size, so fewer packets (headers,
+    // checksums, acks, pool and ring operations per byte). memif's own MTU
+    // (1500) says nothing about its buffers, and a frame longer than a buffer
+    // takes 22.11's chained-buffer path, which can duplicate frames: every rank
+    // must use the same bsize.
+    uint32_t bsize = UINT32_MAX;
+    for (uint16_t id : ids) bsize = std::min(bsize, dpdk::OpenPort::MemifBufferSize(id));
+    if (bsize != UINT32_MAX && bsize > dpdk::kEthHeader + 1500) {
+      mtu = std::max<uint32_t>(mtu, std::min<uint32_t>(kMaxMtu, bsize - dpdk::kEthHeader));
+      *set_mtu = true;
+    }
+  }
+  if (mtu < kIpUdpOverhead + kMinDatagram || mtu > kMaxMtu) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk mtu ", mtu, " is outside [", kIpUdpOverhead + kMinDatagram, ", ", kMaxMtu,
+        "]: it must hold the ", kIpUdpOverhead,
+        "-byte IPv4/UDP header plus a datagram of at least ", kMinDatagram,
+        " bytes, and fit one mbuf and one IPv4 packet"));
+  }
+  return mtu;
+}
+
+// What each port is opened with (frame size, MTU, ring sizes, mbufs for the TX backlog),
+// and the TX backlog's cap in frames (*backlog_cap, from attr.tx_backlog).
+dpdk::PortRequest RingRequest(const dpdk::attr& a, const std::vector<uint16_t>& ids,
+                              uint32_t mtu, bool set_mtu, uint32_t max_datagram,
+                              uint32_t* backlog_cap) {
+  // Rings: enough receive descriptors for a window of datagrams (the engine
+  // sizes its window from what we can buffer), within sane bounds.
+  // A mesh port serves one peer, and the engine shares its receive buffer
+  // among all peers: split the window's frames across the ports.
+  const uint64_t window_frames = std::max<uint64_t>(
+      1, a.engine.window_bytes / max_datagram / ids.size());
+  dpdk::PortRequest req;
+  req.max_frame = mtu + dpdk::kEthHeader;
+  req.mtu = set_mtu ? mtu : 0;
+  req.rx_descriptors = a.rx_descriptors
+                           ? a.rx_descriptors
+                           : std::clamp<uint32_t>(NextPow2(window_frames), 512, 4096);
+  req.tx_descriptors = a.tx_descriptors ? a.tx_descriptors : 1024;
+  *backlog_cap = a.tx_backlog;
+  // memif ports given big buffers: their rings are slots of the link's shared memory
+  // (1024 a direction), whatever rxd/txd say, and our mempool holds only the frames
+  // between the PMD and the engine (received ones are copied out of the ring into
+  // mbufs) and the TX backlog. Counted in frames as for a NIC, a pool of 64 KiB frames
+  // would take ~270 MiB per link; kMemifPoolBytes bounds it, the backlog taking what
+  // is left (at most a quarter of the pool, so a full backlog never starves the
+  // receive side).
+  bool memif_buffers = !a.rx_descriptors && !a.tx_descriptors;
+  for (uint16_t id : ids) memif_buffers = memif_buffers && dpdk::OpenPort::MemifBufferSize(id) > 0;
+  if (memif_buffers) {
+    const uint64_t room = req.max_frame + RTE_PKTMBUF_HEADROOM;
+    const uint64_t frames = std::max<uint64_t>(1536 + 256, kMemifPoolBytes / room);
+    if (req.rx_descriptors + req.tx_descriptors + 512 + *backlog_cap > frames) {
+      req.rx_descriptors = req.tx_descriptors = 512;
+      *backlog_cap = static_cast<uint32_t>(
+          std::clamp<uint64_t>(std::min<uint64_t>(frames / 4, frames - 1536), 32, *backlog_cap));
+    }
+  }
+  req.extra_mbufs = *backlog_cap;
+  return req;
+}
+
+// attr.mac ("02:00:00:00:00:01", unicast) into *mac.
+absl::Status ParseMac(const std::string& text, dpdk::Mac* mac) {
+  unsigned b[6];
+  char tail;
+  if (std::sscanf(text.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2],
+                  &b[3], &b[4], &b[5], &tail) != 6 ||
+      (b[0] & 1) || b[0] > 255 || b[1] > 255 || b[2] > 255 || b[3] > 255 ||
+      b[4] > 255 || b[5] > 255) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk attr.mac '", text, "' is not a unicast MAC like 02:00:00:00:00:01"));
+  }
+  for (int i = 0; i < 6; ++i) (*mac)[i] = static_cast<uint8_t>(b[i]);
+  return absl::OkStatus();
+}
+
+// The device's IPv4 address (network order): attr.ipv4, else 10.77.<mac[4]>.<mac[5]>.
+absl::StatusOr<uint32_t> Ipv4Of(const dpdk::attr& a, const dpdk::Mac& mac) {
+  if (a.ipv4.empty()) return htonl((10u << 24) | (77u << 16) | (mac[4] << 8) | mac[5]);
+  in_addr in{};
+  if (inet_pton(AF_INET, a.ipv4.c_str(), &in) != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "dpdk attr.ipv4 '", a.ipv4, "' is not an IPv4 address"));
+  }
+  return in.s_addr;
+}
 
 }  // namespace
 
@@ -59,96 +187,19 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
         "see the EAL log above; no NIC bound to a DPDK driver?); EAL "
         "arguments: '", eal_args, "'"));
   }
-
-  const std::vector<std::string>& specs = a.ports;
-  std::vector<uint16_t> ids;
-  if (specs.empty()) {
-    uint16_t id;
-    RTE_ETH_FOREACH_DEV(id) ids.push_back(id);
-  } else {
-    for (const auto& s : specs) {
-      auto id = dpdk::FindPort(s);
-      if (!id.ok()) return id.status();
-      for (uint16_t seen : ids) {
-        if (seen == *id) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "dpdk attr.ports names port '", s, "' twice"));
-        }
-      }
-      ids.push_back(*id);
-    }
-  }
-
-  // MTU: IPv4 + UDP headers + the engine's datagram.
-  // A frame must fit one mbuf (a 16-bit data room, less the headroom) and
-  // one IPv4 packet.
-  constexpr uint32_t kMaxMtu = 65000;
-  uint32_t mtu = a.mtu;
-  bool set_mtu = a.mtu != 0;
-  if (mtu == 0) {
-    mtu = dpdk::OpenPort::PortMtu(ids[0]);
-    if (mtu == 0) mtu = 1500;
-    mtu = std::min<uint32_t>(mtu, 9000);
-    // memif ports given big packet buffers ("bsize=", MemifMeshEalArgs's
-    // buffer_size): frames up to the buffer size, so fewer packets (headers,
-    // checksums, acks, pool and ring operations per byte). memif's own MTU
-    // (1500) says nothing about its buffers, and a frame longer than a buffer
-    // takes 22.11's chained-buffer path, which can duplicate frames: every rank
-    // must use the same bsize.
-    uint32_t bsize = UINT32_MAX;
-    for (uint16_t id : ids) bsize = std::min(bsize, dpdk::OpenPort::MemifBufferSize(id));
-    if (bsize != UINT32_MAX && bsize > dpdk::kEthHeader + 1500) {
-      mtu = std::max<uint32_t>(mtu, std::min<uint32_t>(kMaxMtu, bsize - dpdk::kEthHeader));
-      set_mtu = true;
-    }
-  }
-  const uint32_t overhead = dpdk::kIpv4Header + dpdk::kUdpHeader;
-  if (mtu < overhead + kMinDatagram || mtu > kMaxMtu) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dpdk mtu ", mtu, " is outside [", overhead + kMinDatagram, ", ", kMaxMtu,
-        "]: it must hold the ", overhead,
-        "-byte IPv4/UDP header plus a datagram of at least ", kMinDatagram,
-        " bytes, and fit one mbuf and one IPv4 packet"));
-  }
+  auto ids = PortIds(a);
+  if (!ids.ok()) return ids.status();
+  bool set_mtu = false;
+  auto mtu = ChooseMtu(a, *ids, &set_mtu);
+  if (!mtu.ok()) return mtu.status();
 
   std::unique_ptr<DpdkPacketIo> io(new DpdkPacketIo());
-  io->max_datagram_ = mtu - overhead;
+  io->max_datagram_ = *mtu - kIpUdpOverhead;
   io->udp_checksum_ = a.udp_checksum;
-
-  // Rings: enough receive descriptors for a window of datagrams (the engine
-  // sizes its window from what we can buffer), within sane bounds.
-  // A mesh port serves one peer, and the engine shares its receive buffer
-  // among all peers: split the window's frames across the ports.
-  const uint64_t window_frames = std::max<uint64_t>(
-      1, a.engine.window_bytes / io->max_datagram_ / ids.size());
-  dpdk::PortRequest req;
-  req.max_frame = mtu + dpdk::kEthHeader;
-  req.mtu = set_mtu ? mtu : 0;
-  req.rx_descriptors = a.rx_descriptors
-                           ? a.rx_descriptors
-                           : std::clamp<uint32_t>(NextPow2(window_frames), 512, 4096);
-  req.tx_descriptors = a.tx_descriptors ? a.tx_descriptors : 1024;
-  uint32_t backlog_cap = a.tx_backlog;
-  // memif ports given big buffers: their rings are slots of the link's shared memory
-  // (1024 a direction), whatever rxd/txd say, and our mempool holds only the frames
-  // between the PMD and the engine (received ones are copied out of the ring into
-  // mbufs) and the TX backlog. Counted in frames as for a NIC, a pool of 64 KiB frames
-  // would take ~270 MiB per link; kMemifPoolBytes bounds it, the backlog taking what
-  // is left (at most a quarter of the pool, so a full backlog never starves the
-  // receive side).
-  bool memif_buffers = !a.rx_descriptors && !a.tx_descriptors;
-  for (uint16_t id : ids) memif_buffers = memif_buffers && dpdk::OpenPort::MemifBufferSize(id) > 0;
-  if (memif_buffers) {
-    const uint64_t room = req.max_frame + RTE_PKTMBUF_HEADROOM;
-    const uint64_t frames = std::max<uint64_t>(1536 + 256, kMemifPoolBytes / room);
-    if (req.rx_descriptors + req.tx_descriptors + 512 + backlog_cap > frames) {
-      req.rx_descriptors = req.tx_descriptors = 512;
-      backlog_cap = static_cast<uint32_t>(
-          std::clamp<uint64_t>(std::min<uint64_t>(frames / 4, frames - 1536), 32, backlog_cap));
-    }
-  }
-  req.extra_mbufs = backlog_cap;
-  for (uint16_t id : ids) {
+  uint32_t backlog_cap = 0;
+  const dpdk::PortRequest req =
+      RingRequest(a, *ids, *mtu, set_mtu, io->max_datagram_, &backlog_cap);
+  for (uint16_t id : *ids) {
     auto port = dpdk::OpenPort::Open(id, req);
     if (!port.ok()) return port.status();
     io->ports_.push_back(std::move(*port));
@@ -160,32 +211,16 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   // those get a random locally administered MAC.
   dpdk::Mac mac = io->ports_[0]->mac();
   if (!a.mac.empty()) {
-    unsigned b[6];
-    char tail;
-    if (std::sscanf(a.mac.c_str(), "%x:%x:%x:%x:%x:%x%c", &b[0], &b[1], &b[2],
-                    &b[3], &b[4], &b[5], &tail) != 6 ||
-        (b[0] & 1) || b[0] > 255 || b[1] > 255 || b[2] > 255 || b[3] > 255 ||
-        b[4] > 255 || b[5] > 255) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dpdk attr.mac '", a.mac, "' is not a unicast MAC like 02:00:00:00:00:01"));
-    }
-    for (int i = 0; i < 6; ++i) mac[i] = static_cast<uint8_t>(b[i]);
+    if (absl::Status parsed = ParseMac(a.mac, &mac); !parsed.ok()) return parsed;
   } else if (MacKey(mac) == 0 || io->ports_[0]->host_shared_memory()) {
     std::random_device rd;
     for (auto& b : mac) b = static_cast<uint8_t>(rd());
     mac[0] = static_cast<uint8_t>((mac[0] & 0xFE) | 0x02);
   }
   io->self_.mac = mac;
-  if (a.ipv4.empty()) {
-    io->self_.ipv4_be = htonl((10u << 24) | (77u << 16) | (mac[4] << 8) | mac[5]);
-  } else {
-    in_addr in{};
-    if (inet_pton(AF_INET, a.ipv4.c_str(), &in) != 1) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "dpdk attr.ipv4 '", a.ipv4, "' is not an IPv4 address"));
-    }
-    io->self_.ipv4_be = in.s_addr;
-  }
+  auto ipv4 = Ipv4Of(a, mac);
+  if (!ipv4.ok()) return ipv4.status();
+  io->self_.ipv4_be = *ipv4;
   const int number = g_device_number++;
   io->self_.port_be = htons(a.udp_port ? a.udp_port
                                        : static_cast<uint16_t>(17000 + number % 1000));
