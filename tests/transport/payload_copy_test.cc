@@ -175,12 +175,7 @@ class LoseTailIo : public transport::PacketIo {
     }
     return kept;
   }
-  void WaitForInput(std::chrono::microseconds t) override { inner_->WaitForInput(t); }
-  void Wake() override { inner_->Wake(); }
-  void WaitForWake(std::chrono::microseconds t) override { inner_->WaitForWake(t); }
-  void WaitAsWaiter(std::chrono::microseconds t) override { inner_->WaitAsWaiter(t); }
-  void WakeWaiter() override { inner_->WakeWaiter(); }
-  bool WakesOnInput() const override { return inner_->WakesOnInput(); }
+  transport::IoWaits& Waits() override { return inner_->Waits(); }
 
   uint64_t lost() const { return lost_.load(); }
   // The smallest offset of a lost packet: every byte before it arrived.

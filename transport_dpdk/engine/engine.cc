@@ -88,7 +88,7 @@ Engine::~Engine() {
     std::this_thread::sleep_for(std::chrono::microseconds(500));
   }
   impl_->stop = true;
-  impl_->io->Wake();
+  impl_->waits.Wake();
   if (impl_->thread.joinable()) impl_->thread.join();
 }
 
@@ -155,7 +155,7 @@ void Engine::UnregisterContext(uint32_t ctx) {
   }
   c->closing = true;
   c->closing_since = c->last_rx = Clock::now();
-  impl_->io->Wake();
+  impl_->waits.Wake();
 }
 
 absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
@@ -204,7 +204,7 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   impl_->Kick(*c, p);
   // Replayed datagrams may have left acks and grants for other peers: the progress
   // thread pumps them now.
-  impl_->io->Wake();
+  impl_->waits.Wake();
   return absl::OkStatus();
 }
 
@@ -409,7 +409,7 @@ absl::Status Engine::RegisterRecvBuffer(uint32_t ctx, int peer, uint64_t slot,
     p.buffer_arrivals.erase(arr);
     for (auto& m : q) impl_->BindBuffer(*c, p, m, reg);
   }
-  impl_->io->Wake();
+  impl_->waits.Wake();
   return absl::OkStatus();
 }
 

@@ -165,7 +165,7 @@ class Engine {
   // Waiter-driven receive (engine_waiter.cc): a user thread that waits for a completion
   // (a receive, or the acknowledgement that completes a send) polls the device itself,
   // so that the thread that needs an arrival takes it in: on backends whose wait returns
-  // on input (PacketIo::WakesOnInput) the arrival wakes that thread and not the progress
+  // on input (IoWaits::WakesOnInput) the arrival wakes that thread and not the progress
   // thread first and the waiter after it; on timer-only ones (dpdk) one thread per rank
   // polls instead of two. `sink_lock` holds the lock of the sink waited on;
   // `ready()` (called with it held) says whether the wait is over. Returns with the lock

@@ -289,7 +289,7 @@ absl::Status Engine::SendBounded(uint32_t ctx, int dst, uint64_t op, uint64_t to
   p.bounded_queue.push_back(
       BoundedJob::Send(op, total, last_from, c->bounded_next_order++, op_bytes));
   // The progress thread sends bounded jobs (paced, in incast order): wake it.
-  impl_->io->Wake();
+  impl_->waits.Wake();
   return absl::OkStatus();
 }
 
@@ -310,7 +310,7 @@ absl::Status Engine::SendBoundedNotice(uint32_t ctx, uint64_t op, uint64_t op_by
     impl_->Flush();
     Bump(impl_->stats.bounded_tx_packets);
   }
-  impl_->io->Wake();
+  impl_->waits.Wake();
   return absl::OkStatus();
 }
 
@@ -341,7 +341,7 @@ absl::Status Engine::RequestRepair(
     impl_->Flush();  // body lives on this stack frame
     Bump(impl_->stats.repair_requests_sent);
   }
-  impl_->io->Wake();
+  impl_->waits.Wake();
   return absl::OkStatus();
 }
 

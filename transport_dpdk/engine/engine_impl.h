@@ -39,6 +39,7 @@ struct Engine::Impl {
 
   Impl(std::unique_ptr<PacketIo> io_in, const EngineOptions& o, size_t rxbuf)
       : io(std::move(io_in)),
+        waits(io->Waits()),
         opts(o),
         rx_buffer_bytes(rxbuf),
         link_protects_payload(io->ProtectsPayload()) {
@@ -53,6 +54,7 @@ struct Engine::Impl {
   }
 
   std::unique_ptr<PacketIo> io;
+  IoWaits& waits;  // io's (PacketIo::Waits): the sleeps between polls and their wake-ups
   const EngineOptions opts;
   const size_t rx_buffer_bytes;
   // Checksum headers only, and accept datagrams that did (wire_format.h).
@@ -78,7 +80,7 @@ struct Engine::Impl {
   Clock::time_point sleeping_until = Clock::time_point::max();
   // A user thread transmitted (Kick) since the progress thread last looked. Under mu.
   bool kicked = false;
-  const bool wakes_on_input = io->WakesOnInput();
+  const bool wakes_on_input = waits.WakesOnInput();
 
   // ---- waiter-driven receive (engine_waiter.cc) ----
   // A user thread polls the engine itself while it waits for a completion (at most one
@@ -98,7 +100,7 @@ struct Engine::Impl {
   // Something other than the waiter's own poll may have completed or failed one of its
   // operations (lock held): its wait for input ends (WakeWaiter) so that it looks.
   void WakeWaiterIfOthers() {
-    if (waiter_active.load(std::memory_order_relaxed) && !waiter_polling) io->WakeWaiter();
+    if (waiter_active.load(std::memory_order_relaxed) && !waiter_polling) waits.WakeWaiter();
   }
 
   std::thread thread;
@@ -175,16 +177,16 @@ struct Engine::Impl {
     // wake-up per message).
     if (!wakes_on_input) {
       kicked = true;
-      io->Wake();
+      waits.Wake();
     } else if (tx_blocked) {
-      io->Wake();
+      waits.Wake();
     } else {
       WakeIfSleepingPast(deadline);
     }
   }
   // Wakes the progress thread if it sleeps past `due` (something is due then). Lock held.
   void WakeIfSleepingPast(Clock::time_point due) {
-    if (sleeping_until != Clock::time_point::max() && due < sleeping_until) io->Wake();
+    if (sleeping_until != Clock::time_point::max() && due < sleeping_until) waits.Wake();
   }
   bool HasClosing() const {
     for (const auto& kv : contexts) if (kv.second->closing) return true;

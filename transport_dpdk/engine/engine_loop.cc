@@ -96,9 +96,9 @@ void Engine::Impl::Run() {
     Bump(stats.progress_sleeps);
     const auto t0 = Clock::now();
     if (wake_only) {
-      io->WaitForWake(wait);
+      waits.WaitForWake(wait);
     } else {
-      io->WaitForInput(wait);
+      waits.WaitForInput(wait);
     }
     {
       std::lock_guard<std::mutex> lock(mu);

@@ -54,7 +54,7 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
       ++e.waiter_exits;
       // The progress thread watches the input again: at once if its wait for a wake
       // would last longer than a short sleep.
-      if (e.progress_waits_for_wake && e.sleeping_until > now + e.waiter_handoff) e.io->Wake();
+      if (e.progress_waits_for_wake && e.sleeping_until > now + e.waiter_handoff) e.waits.Wake();
       return done ? DriveResult::kReady : DriveResult::kTimedOut;
     }
     sink_lock.unlock();
@@ -65,7 +65,7 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
       Bump(e.stats.progress_yields);
       sched_yield();
     } else if (next == PollBackoff::Next::kSleep) {
-      e.io->WaitAsWaiter(wait);
+      e.waits.WaitAsWaiter(wait);
       slept = Clock::now() - now < wait ? 1 : 2;
     }
     lock.lock();
@@ -73,7 +73,7 @@ Engine::DriveResult Engine::DriveWait(std::unique_lock<std::mutex>& sink_lock,
 }
 
 void Engine::WakeWaiter() {
-  if (impl_->waiter_active.load(std::memory_order_relaxed)) impl_->io->WakeWaiter();
+  if (impl_->waiter_active.load(std::memory_order_relaxed)) impl_->waits.WakeWaiter();
 }
 
 }  // namespace transport

@@ -6,7 +6,7 @@
 // work (input_spin where the backend's wait returns on input, spin elsewhere), yield the
 // core: on a host with more busy threads than cores, the thread that produces the input
 // needs it. Then sleep until the next timer:
-// - backends whose wait returns on input (PacketIo::WakesOnInput): at most max_sleep,
+// - backends whose wait returns on input (IoWaits::WakesOnInput): at most max_sleep,
 //   or the liveness interval once idle (kIdleAfter without work); an arrival ends it;
 // - timer-only backends: kFirstBackoff, doubling after each sleep up to max_sleep, or
 //   idle_sleep once idle.

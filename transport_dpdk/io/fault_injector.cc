@@ -264,17 +264,17 @@ size_t FaultInjector::ReceiveAndHold(RxDatagram* out, size_t max) {
 
 void FaultInjector::WaitForInput(std::chrono::microseconds timeout) {
   timeout = BoundByHeld(timeout);
-  if (timeout.count() > 0) inner_->WaitForInput(timeout);
+  if (timeout.count() > 0) inner_->Waits().WaitForInput(timeout);
 }
 
 void FaultInjector::WaitForWake(std::chrono::microseconds timeout) {
   timeout = BoundByHeld(timeout);
-  if (timeout.count() > 0) inner_->WaitForWake(timeout);
+  if (timeout.count() > 0) inner_->Waits().WaitForWake(timeout);
 }
 
 void FaultInjector::WaitAsWaiter(std::chrono::microseconds timeout) {
   timeout = BoundByHeld(timeout);
-  if (timeout.count() > 0) inner_->WaitAsWaiter(timeout);
+  if (timeout.count() > 0) inner_->Waits().WaitAsWaiter(timeout);
 }
 
 absl::StatusOr<std::unique_ptr<PacketIo>> MaybeInjectFaults(

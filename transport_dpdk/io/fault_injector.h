@@ -70,7 +70,7 @@ struct FaultCounters {
   std::atomic<uint64_t> bounded_bytes_dropped{0};
 };
 
-class FaultInjector : public PacketIo {
+class FaultInjector : public PacketIo, public IoWaits {
  public:
   FaultInjector(std::unique_ptr<PacketIo> inner, const FaultSpec& spec);
 
@@ -86,12 +86,13 @@ class FaultInjector : public PacketIo {
   size_t TxBurst(const TxDatagram* d, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
   // Held (delayed or reordered) datagrams bound every wait to their release.
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds timeout) override;
   void WaitForWake(std::chrono::microseconds timeout) override;
   void WaitAsWaiter(std::chrono::microseconds timeout) override;
-  void Wake() override { inner_->Wake(); }
-  void WakeWaiter() override { inner_->WakeWaiter(); }
-  bool WakesOnInput() const override { return inner_->WakesOnInput(); }
+  void Wake() override { inner_->Waits().Wake(); }
+  void WakeWaiter() override { inner_->Waits().WakeWaiter(); }
+  bool WakesOnInput() const override { return inner_->Waits().WakesOnInput(); }
   size_t TakeUnreachable(UnreachableReport* out, size_t max) override {
     return inner_->TakeUnreachable(out, max);
   }

@@ -47,7 +47,7 @@ struct rte_mbuf;
 namespace optireduce {
 namespace transport {
 
-class DpdkPacketIo : public PacketIo {
+class DpdkPacketIo : public PacketIo, public IoWaits {
  public:
   // Initialises the EAL if needed (see dpdk_eal.h) and opens the ports.
   static absl::StatusOr<std::unique_ptr<DpdkPacketIo>> Create(
@@ -61,6 +61,7 @@ class DpdkPacketIo : public PacketIo {
   std::string AddressToString(const IoAddress& address) const override;
   size_t TxBurst(const TxDatagram* datagrams, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
   // Waiter-driven receive (engine_waiter.cc): ports still have no input wake-up, so the

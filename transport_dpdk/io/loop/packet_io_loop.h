@@ -12,7 +12,7 @@ namespace transport {
 
 class LoopEndpoint;
 
-class LoopPacketIo : public PacketIo {
+class LoopPacketIo : public PacketIo, public IoWaits {
  public:
   LoopPacketIo(size_t max_datagram, size_t queue_capacity);
   ~LoopPacketIo() override;
@@ -24,6 +24,7 @@ class LoopPacketIo : public PacketIo {
   std::string AddressToString(const IoAddress& address) const override;
   size_t TxBurst(const TxDatagram* datagrams, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
   void WaitForWake(std::chrono::microseconds timeout) override;

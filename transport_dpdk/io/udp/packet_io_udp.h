@@ -16,7 +16,7 @@
 namespace optireduce {
 namespace transport {
 
-class UdpPacketIo : public PacketIo {
+class UdpPacketIo : public PacketIo, public IoWaits {
  public:
   static absl::StatusOr<std::unique_ptr<UdpPacketIo>> Create(
       const udp::attr& attr);
@@ -29,6 +29,7 @@ class UdpPacketIo : public PacketIo {
   std::string AddressToString(const IoAddress& address) const override;
   size_t TxBurst(const TxDatagram* datagrams, size_t n) override;
   size_t RxBurst(RxDatagram* out, size_t max) override;
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds timeout) override;
   void Wake() override;
   void WaitForWake(std::chrono::microseconds timeout) override;
