@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "algorithms/bounded_channel.h"
-#include "transport_dpdk/counter_list.h"
+#include "common/counter_list.h"
 
 namespace optireduce {
 
@@ -95,7 +95,7 @@ struct OpStats {
   }
 };
 
-// CumulativeStats' counters, by name (see transport_dpdk/counter_list.h): ToJson exports
+// CumulativeStats' counters, by name (see common/counter_list.h): ToJson exports
 // them under these names.
 #define OPTIREDUCE_CUMULATIVE_STATS(X)                                         \
   X(ops) X(calibration_ops) X(bounded_ops) X(reliable_ops)                     \

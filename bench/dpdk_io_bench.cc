@@ -44,9 +44,9 @@
 
 #include "gloo_ext/devices.h"
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
-#include "transport_dpdk/packet_io_dpdk.h"
-#include "transport_dpdk/packet_io_udp.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/udp/packet_io_udp.h"
 
 using namespace optireduce::transport;
 using Clock = std::chrono::steady_clock;

@@ -30,8 +30,8 @@
 // The DPDK device is in the library only when it was built with libdpdk.
 #ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 #endif
 
 namespace optireduce {

@@ -1,6 +1,6 @@
 // loss_tail_bench: where the tail of TAR over our UDP transport comes from under
 // injected loss. Local ranks (processes) on 127.0.0.1, faults from OPTIREDUCE_FAULTS
-// (transport_dpdk/fault_injector.h), one exact TAR per iteration.
+// (transport_dpdk/io/fault_injector.h), one exact TAR per iteration.
 //
 //   loss_tail_bench [--ranks=4] [--elements=4194304] [--iters=100] [--warmup=5]
 //                   [--slowest=8]
@@ -25,8 +25,8 @@
 #include "algorithms/allreduce.h"
 #include "bench/local_ranks.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/fault_injector.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/io/fault_injector.h"
 
 namespace {
 

@@ -17,7 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "rendezvous/redis_url.h"
-#include "transport_dpdk/fault_injector.h"
+#include "transport_dpdk/io/fault_injector.h"
 
 extern char** environ;
 

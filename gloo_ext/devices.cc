@@ -16,7 +16,7 @@
 #include "transport_dpdk/device.h"
 #ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 #endif
 
 namespace optireduce {

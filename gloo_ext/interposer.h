@@ -16,12 +16,12 @@
 
 #include <gloo/allreduce.h>
 
-#include "transport_dpdk/counter_list.h"
+#include "common/counter_list.h"
 
 namespace optireduce {
 namespace gloo_ext {
 
-// The interposer's counters, by name (see transport_dpdk/counter_list.h): CountersJson
+// The interposer's counters, by name (see common/counter_list.h): CountersJson
 // exports them under these names.
 #define OPTIREDUCE_INTERPOSER_COUNTERS(X)                                            \
   X(calls)                                                                           \

@@ -30,7 +30,7 @@ struct EngineOptions {
   // yields the core to any other runnable thread: with more busy threads than
   // cores, those produce what is polled for), then sleep doubling up to
   // max_sleep. On backends whose wait returns when a datagram arrives (udp,
-  // loop: PacketIo::WakesOnInput) it spins input_spin, yielding the same way
+  // loop: IoWaits::WakesOnInput) it spins input_spin, yielding the same way
   // (an answer that comes within it is taken without a wake-up of the thread),
   // and then sleeps until its next timer (at most max_sleep). After PollBackoff::kIdleAfter (100 ms, poll_backoff.h) without work the device is
   // idle: a timer-only backend sleeps up to idle_sleep between polls (input that

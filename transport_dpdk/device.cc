@@ -3,10 +3,10 @@
 #include <gloo/common/error.h>
 
 #include "absl/strings/str_cat.h"
-#include "transport_dpdk/context.h"
-#include "transport_dpdk/fault_injector.h"
-#include "transport_dpdk/packet_io_loop.h"
-#include "transport_dpdk/packet_io_udp.h"
+#include "transport_dpdk/gloo/context.h"
+#include "transport_dpdk/io/fault_injector.h"
+#include "transport_dpdk/io/loop/packet_io_loop.h"
+#include "transport_dpdk/io/udp/packet_io_udp.h"
 
 namespace optireduce {
 namespace transport {

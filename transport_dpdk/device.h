@@ -9,8 +9,8 @@
 
 #include "absl/status/statusor.h"
 #include "transport_dpdk/attr.h"
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/stats.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/engine/stats.h"
 
 namespace optireduce {
 namespace transport {

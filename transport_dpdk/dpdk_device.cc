@@ -8,8 +8,8 @@
 #include <rte_ring.h>
 
 #include "absl/strings/str_cat.h"
-#include "transport_dpdk/dpdk_eal.h"
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 namespace optireduce {
 namespace transport {

@@ -90,7 +90,7 @@ def cleanup_leftovers(owner_pid=None):
 # The ack-path pattern's default size threshold (IPv4 total length, bytes). Every pure TCP
 # ACK fits: 20 bytes of IP and at most 60 of TCP header with options (timestamps, SACK
 # blocks). So does every ack datagram of our engine up to a 76-byte selective-ack bitmap:
-# 20 (IP) + 8 (UDP) + 96 (our header, transport_dpdk/wire_format.h) + bitmap, one bit per
+# 20 (IP) + 8 (UDP) + 96 (our header, transport_dpdk/wire/wire_format.h) + bitmap, one bit per
 # packet past the cumulative ack, i.e. a 4 MiB window of jumbo-frame packets (the lab's
 # MTU) with room to spare. Our other control datagrams (RTS, credit, liveness: header
 # only, 124 bytes) fit as well. Data packets are MTU-sized; only a message's last packet

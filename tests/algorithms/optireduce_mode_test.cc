@@ -23,8 +23,8 @@
 #include "transport_dpdk/bounded/bounded_endpoint.h"
 #include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/fault_injector.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/io/fault_injector.h"
 
 namespace optireduce {
 namespace {

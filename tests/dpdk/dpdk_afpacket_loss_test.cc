@@ -27,7 +27,7 @@
 #include "tests/dpdk/dpdk_test_util.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 #ifndef OPTIREDUCE_DROP_BPF_SOURCE
 #error "OPTIREDUCE_DROP_BPF_SOURCE (path of bench/lab/drop.c) must be defined"

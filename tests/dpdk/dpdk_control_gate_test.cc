@@ -1,4 +1,4 @@
-// ControlGate (transport_dpdk/dpdk_control_gate.h): the EAL interrupt thread's round
+// ControlGate (transport_dpdk/io/dpdk/dpdk_control_gate.h): the EAL interrupt thread's round
 // ends only at a moment no datapath pass is held, so a pass held across the end of a
 // round leaves the gate open for the datapath; the thread leaves once it is released.
 #include <gtest/gtest.h>
@@ -6,8 +6,8 @@
 #include <chrono>
 #include <thread>
 
-#include "transport_dpdk/dpdk_control_gate.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_control_gate.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace testing {

@@ -8,7 +8,7 @@
 #include "gloo_ext/devices.h"
 #include "tests/dpdk/dpdk_test_util.h"
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace testing {

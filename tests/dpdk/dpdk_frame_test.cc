@@ -1,5 +1,5 @@
 // Framing and address format of the DPDK backend (no EAL needed).
-#include "transport_dpdk/dpdk_frame.h"
+#include "transport_dpdk/io/dpdk/dpdk_frame.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

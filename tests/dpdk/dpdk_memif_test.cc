@@ -13,8 +13,8 @@
 #include "tests/dpdk/dpdk_test_util.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
-#include "transport_dpdk/packet_io_dpdk.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/packet_io_dpdk.h"
 
 namespace optireduce {
 namespace testing {

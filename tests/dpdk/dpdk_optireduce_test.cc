@@ -19,9 +19,9 @@
 #include "tests/common/ranks.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/fault_injector.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/io/fault_injector.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace {

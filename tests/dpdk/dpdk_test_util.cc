@@ -12,7 +12,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 
 namespace optireduce {
 namespace testing {

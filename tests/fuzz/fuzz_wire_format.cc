@@ -1,5 +1,5 @@
 // Fuzz target: transport::ParseDatagram, the first code every received datagram meets, and
-// ParseQuotedHeader (a datagram quoted back by an ICMP report).
+// ParseQuotedHeader (a datagram quoted back by an ICMP report) and PeekHeaderKind.
 // Checks that an accepted datagram is self-consistent and re-encodes to the same bytes.
 // The input is parsed twice: as received, and with a valid CRC32C patched in, so the
 // fuzzer also explores the checks behind the checksum. The payload of an accepted REPAIR
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "tests/fuzz/fuzz_check.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace {
 
@@ -64,6 +64,11 @@ void ParseAndCheck(const uint8_t* data, size_t size, bool link_protects_payload 
   if (static_cast<PacketType>(h.type) == PacketType::kRepair) {
     CheckRepairRanges(data + kHeaderBytes, h.payload_length);
   }
+  // The fault injector's peek at an accepted datagram sees its type and flags.
+  optireduce::transport::HeaderKind kind;
+  FUZZ_CHECK(optireduce::transport::PeekHeaderKind(data, size, &kind) && kind.type == h.type &&
+                 kind.flags == h.flags,
+             "peek disagrees with the parse");
   // A network error report quoting an accepted datagram decodes to the same header.
   WireHeader quoted;
   FUZZ_CHECK(optireduce::transport::ParseQuotedHeader(data, size, &quoted) == ParseError::kOk,

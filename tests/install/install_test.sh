@@ -10,6 +10,9 @@ trap 'rm -rf "$tmp"' EXIT INT TERM
 cmake --install "$build" --prefix "$tmp/prefix" > "$tmp/install.log"
 test -f "$tmp/prefix/include/optireduce/algorithms/allreduce.h"
 test ! -e "$tmp/prefix/include/optireduce/algorithms/internal"
+# Shared headers come along; the path model (a test simulator) stays out of the package.
+test -f "$tmp/prefix/include/optireduce/common/counter_list.h"
+test ! -e "$tmp/prefix/include/optireduce/transport_dpdk/reliable/path_model.h"
 cmake -S "$consumer" -B "$tmp/build" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
   -DCMAKE_BUILD_TYPE=Release > "$tmp/configure.log"
 cmake --build "$tmp/build" > "$tmp/build.log"

@@ -14,9 +14,9 @@
 
 #include <gtest/gtest.h>
 
-#include "transport_dpdk/engine.h"
-#include "transport_dpdk/packet_io_loop.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/io/loop/packet_io_loop.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace transport {
@@ -26,7 +26,7 @@ using Clock = std::chrono::steady_clock;
 
 // Forwards to a loop endpoint. Can refuse half of every other TX burst (backpressure),
 // keeps a copy of the bounded DATA datagrams sent, and can inject datagrams on receive.
-class TapIo : public PacketIo {
+class TapIo : public PacketIo, public IoWaits {
  public:
   TapIo() : inner_(std::make_unique<LoopPacketIo>(9000, 1 << 16)) {}
   std::string Describe() const override { return "tap on " + inner_->Describe(); }
@@ -70,8 +70,9 @@ class TapIo : public PacketIo {
     }
     return inner_->RxBurst(out, max);
   }
-  void WaitForInput(std::chrono::microseconds t) override { inner_->WaitForInput(t); }
-  void Wake() override { inner_->Wake(); }
+  IoWaits& Waits() override { return *this; }
+  void WaitForInput(std::chrono::microseconds t) override { inner_->Waits().WaitForInput(t); }
+  void Wake() override { inner_->Waits().Wake(); }
 
   void set_refuse(bool refuse) { refuse_ = refuse; }
   std::vector<std::vector<uint8_t>> captured() {

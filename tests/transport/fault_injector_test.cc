@@ -1,5 +1,5 @@
-#include "transport_dpdk/fault_injector.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/io/fault_injector.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 #include <gtest/gtest.h>
 
@@ -13,7 +13,7 @@ namespace {
 
 // A PacketIo that yields datagrams 0..total-1 (4-byte counters), `per_burst`
 // at a time.
-class CountingIo : public PacketIo {
+class CountingIo : public PacketIo, public IoWaits {
  public:
   CountingIo(uint32_t total, size_t per_burst) : total_(total), per_burst_(per_burst) {}
   std::string Describe() const override { return "counting"; }
@@ -34,6 +34,7 @@ class CountingIo : public PacketIo {
     for (size_t i = 0; i < n; ++i) out[i] = {bufs_[i].data(), 4};
     return n;
   }
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds t) override {
     std::this_thread::sleep_for(t);
   }
@@ -188,7 +189,7 @@ TEST(FaultInjector, BurstLossHasConfiguredRateAndBurstLength) {
 }
 
 // A PacketIo that yields encoded optireduce datagrams from a list, once.
-class WireIo : public PacketIo {
+class WireIo : public PacketIo, public IoWaits {
  public:
   explicit WireIo(std::vector<std::vector<uint8_t>> d) : d_(std::move(d)) {}
   std::string Describe() const override { return "wire"; }
@@ -208,6 +209,7 @@ class WireIo : public PacketIo {
     }
     return n;
   }
+  IoWaits& Waits() override { return *this; }
   void WaitForInput(std::chrono::microseconds) override {}
   void Wake() override {}
   std::vector<size_t> tx_calls_;

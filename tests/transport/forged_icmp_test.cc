@@ -25,7 +25,7 @@
 
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace testing {

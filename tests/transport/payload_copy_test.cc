@@ -1,4 +1,4 @@
-// The engine's payload copies (transport_dpdk/payload_pool.h): the pool's reuse and caps,
+// The engine's payload copies (transport_dpdk/engine/payload_pool.h): the pool's reuse and caps,
 // and through the Gloo API that a send copied at send() reuses storage instead of
 // faulting in fresh pages every time (minor page faults counted, not timed).
 #include <gloo/allreduce_ring_chunked.h>
@@ -16,9 +16,9 @@
 #include <gloo/common/error.h>
 
 #include "tests/transport/two_ranks.h"
-#include "transport_dpdk/packet_io_loop.h"
-#include "transport_dpdk/payload_pool.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/io/loop/packet_io_loop.h"
+#include "transport_dpdk/engine/payload_pool.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace {
@@ -175,12 +175,7 @@ class LoseTailIo : public transport::PacketIo {
     }
     return kept;
   }
-  void WaitForInput(std::chrono::microseconds t) override { inner_->WaitForInput(t); }
-  void Wake() override { inner_->Wake(); }
-  void WaitForWake(std::chrono::microseconds t) override { inner_->WaitForWake(t); }
-  void WaitAsWaiter(std::chrono::microseconds t) override { inner_->WaitAsWaiter(t); }
-  void WakeWaiter() override { inner_->WakeWaiter(); }
-  bool WakesOnInput() const override { return inner_->WakesOnInput(); }
+  transport::IoWaits& Waits() override { return inner_->Waits(); }
 
   uint64_t lost() const { return lost_.load(); }
   // The smallest offset of a lost packet: every byte before it arrived.

@@ -42,11 +42,11 @@
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/device.h"
 #ifdef OPTIREDUCE_HAVE_DPDK
-#include "transport_dpdk/dpdk_control_gate.h"
+#include "transport_dpdk/io/dpdk/dpdk_control_gate.h"
 #endif
 #ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
-#include "transport_dpdk/dpdk_eal.h"
+#include "transport_dpdk/io/dpdk/dpdk_eal.h"
 #endif
 
 namespace {

@@ -1,5 +1,5 @@
 // PollBackoff: what a polling thread does after each poll, with made-up times (no clock).
-#include "transport_dpdk/poll_backoff.h"
+#include "transport_dpdk/engine/poll_backoff.h"
 
 #include <gtest/gtest.h>
 

@@ -17,7 +17,7 @@
 
 #include "tests/transport/two_ranks.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 namespace optireduce {
 namespace {

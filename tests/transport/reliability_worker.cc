@@ -47,9 +47,9 @@
 #include "algorithms/bounded_channel.h"
 #include "gloo_ext/devices.h"
 #include "tests/transport/conformance_cases.h"
-#include "transport_dpdk/address.h"
+#include "transport_dpdk/gloo/address.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace {
 

@@ -23,9 +23,9 @@
 #include <vector>
 
 #include "tests/transport/conformance_cases.h"
-#include "transport_dpdk/address.h"
+#include "transport_dpdk/gloo/address.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/packet_io_udp.h"
+#include "transport_dpdk/io/udp/packet_io_udp.h"
 
 namespace {
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 namespace optireduce {
 namespace testing_ranks {

@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "tests/transport/worker_processes.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace testing {

@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "transport_dpdk/packet_io_udp.h"
+#include "transport_dpdk/io/udp/packet_io_udp.h"
 
 namespace optireduce {
 namespace transport {

@@ -19,7 +19,7 @@
 
 #include "tests/transport/worker_processes.h"
 #include "transport_dpdk/device.h"
-#include "transport_dpdk/wire_format.h"
+#include "transport_dpdk/wire/wire_format.h"
 
 namespace optireduce {
 namespace testing {

@@ -5,7 +5,7 @@
 
 #include <gloo/common/error.h>
 
-#include "transport_dpdk/unbound_buffer.h"
+#include "transport_dpdk/gloo/unbound_buffer.h"
 
 namespace optireduce {
 namespace transport {

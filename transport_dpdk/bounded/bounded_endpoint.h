@@ -16,7 +16,7 @@
 #include "transport_dpdk/bounded/bounded_receiver.h"
 #include "transport_dpdk/bounded/bounded_sources.h"
 #include "transport_dpdk/bounded/incast_control.h"
-#include "transport_dpdk/engine.h"
+#include "transport_dpdk/engine/engine.h"
 
 namespace optireduce {
 namespace transport {

@@ -101,176 +101,212 @@ PathModelConfig PathModelConfig::Defaults() {
   return c;
 }
 
-PathModelResult RunPathModel(const PathModelConfig& c) {
-  PathModelResult res;
-  ReliableSender s(c.sender);
-  ReceiveWindow rx;
-  AckScheduler acks(c.ack_every, c.window / 4, c.ack_delay);
-  Availability s_avail(c, c.seed * 4 + 1), r_avail(c, c.seed * 4 + 2);
-  Faults r_faults(c, c.seed * 4 + 3), s_faults(c, c.seed * 4 + 4);
-  const uint64_t total = (c.message_bytes + c.payload - 1) / c.payload;
-  std::vector<uint32_t> sizes(total);
-  for (uint64_t i = 0; i < total; ++i) {
-    sizes[i] = static_cast<uint32_t>(std::min<uint64_t>(c.payload, c.message_bytes - i * c.payload));
+namespace {
+
+// One run: the sender, the receiver and the link between them, stepped by Run.
+class Model {
+ public:
+  explicit Model(const PathModelConfig& c)
+      : c_(c),
+        s_(c.sender),
+        acks_(c.ack_every, c.window / 4, c.ack_delay),
+        s_avail_(c, c.seed * 4 + 1),
+        r_avail_(c, c.seed * 4 + 2),
+        r_faults_(c, c.seed * 4 + 3),
+        s_faults_(c, c.seed * 4 + 4),
+        total_((c.message_bytes + c.payload - 1) / c.payload),
+        sizes_(total_),
+        acked_(total_, false),
+        ns_per_byte_(8.0 / c.gbps) {
+    for (uint64_t i = 0; i < total_; ++i) {
+      sizes_[i] = static_cast<uint32_t>(
+          std::min<uint64_t>(c.payload, c.message_bytes - i * c.payload));
+    }
   }
-  std::vector<bool> acked(total, false);
-  uint64_t next_new = 0, unacked_payload = 0;
-  std::deque<Data> to_rx;   // on the wire / queued at the receiver (FIFO link)
-  std::deque<Ack> to_tx;    // acks on the way back
-  Time link_free{};
-  const double ns_per_byte = 8.0 / c.gbps;
-  uint64_t dsack = kNone;
+
+  PathModelResult Run();
+
+ private:
+  void Transmit(uint64_t seq, Time now);
+  void SendNew(Time now);
+  bool Room() const {
+    return next_new_ < total_ && unacked_payload_ + c_.payload <= c_.window &&
+           next_new_ - s_.scoreboard().base() < ReceiveWindow::kSpan / 2;
+  }
+  Time SenderStep(Time now);
+  Time ReceiverStep(Time now);
+
+  const PathModelConfig& c_;
+  PathModelResult res_;
+  ReliableSender s_;
+  ReceiveWindow rx_;
+  AckScheduler acks_;
+  Availability s_avail_, r_avail_;
+  Faults r_faults_, s_faults_;
+  const uint64_t total_;
+  std::vector<uint32_t> sizes_;
+  std::vector<bool> acked_;
+  uint64_t next_new_ = 0, unacked_payload_ = 0;
+  std::deque<Data> to_rx_;  // on the wire / queued at the receiver (FIFO link)
+  std::deque<Ack> to_tx_;   // acks on the way back
+  Time link_free_{};
+  const double ns_per_byte_;
+  uint64_t dsack_ = kNone;
+};
+
+void Model::Transmit(uint64_t seq, Time now) {
+  const uint32_t bytes = sizes_[seq] + c_.header;
+  link_free_ = std::max(link_free_, now) +
+               std::chrono::nanoseconds(static_cast<long>(bytes * ns_per_byte_));
+  const Time arrival = link_free_ + c_.one_way;
+  if (r_faults_.Lost(false)) {
+    ++res_.data_dropped;
+    res_.data_bytes_dropped += sizes_[seq];
+    return;
+  }
+  to_rx_.push_back({arrival, seq, sizes_[seq], seq + 1 == total_});
+}
+
+void Model::SendNew(Time now) {
+  const uint64_t seq = next_new_++;
+  unacked_payload_ += sizes_[seq];
+  s_.OnSendNew(seq, sizes_[seq] + c_.header, now);
+  Transmit(seq, now);
+}
+
+// The sender's work at `now` (engine Poll + Pump); returns its next deadline.
+Time Model::SenderStep(Time now) {
+  size_t n = 0;
+  while (!to_tx_.empty() && to_tx_.front().arrival <= now && n < kRxPerPoll) {
+    Ack a = std::move(to_tx_.front());
+    to_tx_.pop_front();
+    ++n;
+    s_.OnAck(a.cum, a.sack.data(), a.sack.size(), a.dsack, now, [&](uint64_t seq) {
+      if (!acked_[seq]) {
+        acked_[seq] = true;
+        unacked_payload_ -= sizes_[seq];
+      }
+    });
+  }
+  s_.OnTimer(now);
+  res_.max_rto = std::max(res_.max_rto, s_.rtt().rto());
+  for (uint64_t seq; (seq = s_.NextRetransmit(now)) != kNone;) {
+    s_.OnRetransmit(seq, now);
+    Transmit(seq, now);
+  }
+  if (s_.probe_pending()) {
+    if (Room()) {
+      const uint64_t seq = next_new_;
+      SendNew(now);
+      s_.OnProbeSent(seq);
+    } else if (s_.ProbeSeq() != kNone) {
+      const uint64_t seq = s_.ProbeSeq();
+      s_.OnRetransmit(seq, now);
+      Transmit(seq, now);
+      s_.OnProbeSent(seq);
+    } else {
+      s_.OnProbeSent(kNone);
+    }
+  }
+  for (int budget = kPeerBudget; budget > 0 && Room() &&
+                                 s_.CanSendNew(c_.payload + c_.header, now);
+       --budget) {
+    SendNew(now);
+  }
+  Time next = s_.Deadline(now);
+  if (Room() && next > now + us(1)) {
+    // More new data may be allowed soon (pacing) or after the next ack.
+    if (s_.CanSendNew(c_.payload + c_.header, now)) next = now + us(1);
+  }
+  if (!to_tx_.empty()) next = std::min(next, std::max(now, to_tx_.front().arrival));
+  if (n == kRxPerPoll) next = now;  // more acks waiting
+  return next;
+}
+
+// The receiver's work at `now`; returns its next deadline.
+Time Model::ReceiverStep(Time now) {
+  size_t n = 0;
+  while (!to_rx_.empty() && to_rx_.front().arrival <= now && n < kRxPerPoll) {
+    const Data d = to_rx_.front();
+    to_rx_.pop_front();
+    ++n;
+    switch (rx_.Classify(d.seq)) {
+      case ReceiveWindow::Verdict::kDuplicate:
+        ++res_.duplicates;
+        dsack_ = d.seq;
+        acks_.OnArrival(now, 0, true);
+        continue;
+      case ReceiveWindow::Verdict::kOutOfWindow:
+        continue;
+      case ReceiveWindow::Verdict::kNew:
+        break;
+    }
+    const bool in_order = d.seq == rx_.cum() && rx_.highest() <= d.seq;
+    rx_.Mark(d.seq);
+    acks_.OnArrival(now, d.payload, !in_order || d.last);
+  }
+  if (acks_.Due(now)) {
+    Ack a;
+    a.cum = rx_.cum();
+    a.dsack = dsack_;
+    dsack_ = kNone;
+    a.sack.resize(kMaxSackBytes);
+    a.sack.resize(rx_.Sack(a.sack.data(), kMaxSackBytes));
+    a.arrival = now + c_.one_way;
+    acks_.OnAckSent();
+    ++res_.acks_sent;
+    if (s_faults_.Lost(true)) {
+      ++res_.acks_dropped;
+    } else {
+      to_tx_.push_back(std::move(a));
+    }
+  }
+  Time next = Time::max();
+  if (acks_.Pending()) next = acks_.Deadline();
+  if (!to_rx_.empty()) next = std::min(next, std::max(now, to_rx_.front().arrival));
+  if (n == kRxPerPoll) next = now;
+  return next;
+}
+
+PathModelResult Model::Run() {
   const Time start = Time{} + std::chrono::seconds(1);
-  const Time limit = start + c.limit;
-
-  auto transmit = [&](uint64_t seq, Time now) {
-    const uint32_t bytes = sizes[seq] + c.header;
-    link_free = std::max(link_free, now) +
-                std::chrono::nanoseconds(static_cast<long>(bytes * ns_per_byte));
-    const Time arrival = link_free + c.one_way;
-    if (r_faults.Lost(false)) {
-      ++res.data_dropped;
-      res.data_bytes_dropped += sizes[seq];
-      return;
-    }
-    to_rx.push_back({arrival, seq, sizes[seq], seq + 1 == total});
-  };
-  auto send_new = [&](Time now) {
-    const uint64_t seq = next_new++;
-    unacked_payload += sizes[seq];
-    s.OnSendNew(seq, sizes[seq] + c.header, now);
-    transmit(seq, now);
-  };
-  auto room = [&]() {
-    return next_new < total && unacked_payload + c.payload <= c.window &&
-           next_new - s.scoreboard().base() < ReceiveWindow::kSpan / 2;
-  };
-
-  // The sender's work at `now` (engine Poll + Pump); returns its next deadline.
-  auto sender_step = [&](Time now) {
-    size_t n = 0;
-    while (!to_tx.empty() && to_tx.front().arrival <= now && n < kRxPerPoll) {
-      Ack a = std::move(to_tx.front());
-      to_tx.pop_front();
-      ++n;
-      s.OnAck(a.cum, a.sack.data(), a.sack.size(), a.dsack, now, [&](uint64_t seq) {
-        if (!acked[seq]) {
-          acked[seq] = true;
-          unacked_payload -= sizes[seq];
-        }
-      });
-    }
-    s.OnTimer(now);
-    res.max_rto = std::max(res.max_rto, s.rtt().rto());
-    for (uint64_t seq; (seq = s.NextRetransmit(now)) != kNone;) {
-      s.OnRetransmit(seq, now);
-      transmit(seq, now);
-    }
-    if (s.probe_pending()) {
-      if (room()) {
-        const uint64_t seq = next_new;
-        send_new(now);
-        s.OnProbeSent(seq);
-      } else if (s.ProbeSeq() != kNone) {
-        const uint64_t seq = s.ProbeSeq();
-        s.OnRetransmit(seq, now);
-        transmit(seq, now);
-        s.OnProbeSent(seq);
-      } else {
-        s.OnProbeSent(kNone);
-      }
-    }
-    for (int budget = kPeerBudget; budget > 0 && room() &&
-                                   s.CanSendNew(c.payload + c.header, now);
-         --budget) {
-      send_new(now);
-    }
-    Time next = s.Deadline(now);
-    if (room() && next > now + us(1)) {
-      // More new data may be allowed soon (pacing) or after the next ack.
-      if (s.CanSendNew(c.payload + c.header, now)) next = now + us(1);
-    }
-    if (!to_tx.empty()) next = std::min(next, std::max(now, to_tx.front().arrival));
-    if (n == kRxPerPoll) next = now;  // more acks waiting
-    return next;
-  };
-  // The receiver's work at `now`; returns its next deadline.
-  auto receiver_step = [&](Time now) {
-    size_t n = 0;
-    while (!to_rx.empty() && to_rx.front().arrival <= now && n < kRxPerPoll) {
-      const Data d = to_rx.front();
-      to_rx.pop_front();
-      ++n;
-      switch (rx.Classify(d.seq)) {
-        case ReceiveWindow::Verdict::kDuplicate:
-          ++res.duplicates;
-          dsack = d.seq;
-          acks.OnArrival(now, 0, true);
-          continue;
-        case ReceiveWindow::Verdict::kOutOfWindow:
-          continue;
-        case ReceiveWindow::Verdict::kNew:
-          break;
-      }
-      const bool in_order = d.seq == rx.cum() && rx.highest() <= d.seq;
-      rx.Mark(d.seq);
-      acks.OnArrival(now, d.payload, !in_order || d.last);
-    }
-    if (acks.Due(now)) {
-      Ack a;
-      a.cum = rx.cum();
-      a.dsack = dsack;
-      dsack = kNone;
-      a.sack.resize(kMaxSackBytes);
-      a.sack.resize(rx.Sack(a.sack.data(), kMaxSackBytes));
-      a.arrival = now + c.one_way;
-      acks.OnAckSent();
-      ++res.acks_sent;
-      if (s_faults.Lost(true)) {
-        ++res.acks_dropped;
-      } else {
-        to_tx.push_back(std::move(a));
-      }
-    }
-    Time next = Time::max();
-    if (acks.Pending()) next = acks.Deadline();
-    if (!to_rx.empty()) next = std::min(next, std::max(now, to_rx.front().arrival));
-    if (n == kRxPerPoll) next = now;
-    return next;
-  };
-
+  const Time limit = start + c_.limit;
   Time s_next = start, r_next = Time::max();
   Time now = start;
   while (true) {
-    const Time s_at = s_next == Time::max() ? s_next : s_avail.At(s_next);
+    const Time s_at = s_next == Time::max() ? s_next : s_avail_.At(s_next);
     // The receiver also wakes for data that arrived.
     Time r_due = r_next;
-    if (!to_rx.empty()) r_due = std::min(r_due, to_rx.front().arrival);
-    const Time r_at = r_due == Time::max() ? r_due : r_avail.At(r_due);
+    if (!to_rx_.empty()) r_due = std::min(r_due, to_rx_.front().arrival);
+    const Time r_at = r_due == Time::max() ? r_due : r_avail_.At(r_due);
     if (s_at == Time::max() && r_at == Time::max()) break;
     if (s_at <= r_at) {
       now = std::max(now, s_at);
-      s_next = sender_step(now);
+      s_next = SenderStep(now);
       if (s_next <= now) s_next = now + us(1);
     } else {
       now = std::max(now, r_at);
-      r_next = receiver_step(now);
+      r_next = ReceiverStep(now);
       if (r_next <= now && r_next != Time::max()) r_next = now + us(1);
     }
-    if (next_new == total && s.scoreboard().empty()) {
-      res.completed = true;
+    if (next_new_ == total_ && s_.scoreboard().empty()) {
+      res_.completed = true;
       break;
     }
     if (now >= limit) break;
     // Acks queued for the sender wake it.
-    if (!to_tx.empty()) s_next = std::min(s_next, to_tx.front().arrival);
+    if (!to_tx_.empty()) s_next = std::min(s_next, to_tx_.front().arrival);
   }
-  res.elapsed = std::chrono::duration_cast<us>(now - start);
-  res.sender = s.counters();
-  res.final_srtt = s.rtt().srtt();
-  res.final_rto = s.rtt().rto();
-  return res;
+  res_.elapsed = std::chrono::duration_cast<us>(now - start);
+  res_.sender = s_.counters();
+  res_.final_srtt = s_.rtt().srtt();
+  res_.final_rto = s_.rtt().rto();
+  return res_;
 }
+
+}  // namespace
+
+PathModelResult RunPathModel(const PathModelConfig& c) { return Model(c).Run(); }
 
 }  // namespace transport
 }  // namespace optireduce

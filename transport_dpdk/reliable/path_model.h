@@ -3,13 +3,15 @@
 // (ReceiveWindow, AckScheduler) exchange one message over a link with a fixed
 // delay and rate, through seeded faults, with both ends descheduled at random
 // (a loaded host), so loss recovery can be measured and tested without
-// threads, sockets or real time.
+// threads, sockets or real time. Test and benchmark support: built as its own static
+// library (optireduce_path_model), not part of liboptireduce, not installed.
 //
-// The sender is driven as the engine drives it (engine.cc, Pump): received acks
-// first (at most kRxPerPoll per wake-up, as the engine's poll), then timers,
+// The sender is driven as the engine drives it (Engine::Impl::Pump in
+// engine/engine_reliable_send.cc, called by the progress loop in engine/engine_loop.cc):
+// received acks first (at most kRxPerPoll per wake-up, as the engine's poll), then timers,
 // retransmissions, a tail-loss probe, new data within the byte window. The
 // receiver handles what arrived, then acks when its AckScheduler says so.
-// Faults are decided per datagram on receipt, as transport_dpdk/fault_injector
+// Faults are decided per datagram on receipt, as transport_dpdk/io/fault_injector
 // does: random drop, Gilbert-Elliott bursts (both directions), ack-only drop.
 #pragma once
 

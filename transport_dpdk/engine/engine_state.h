@@ -1,0 +1,283 @@
+// The engine's state: what it keeps per context (Ctx), per peer (Peer), per message
+// sent (OutMsg, TxRecord) and received (InMsg, PostedRecv, RecvBufferReg, Arrival), per
+// bounded send (BoundedJob), and the limits that bound them. Private to the engine files.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/engine/payload_pool.h"
+#include "transport_dpdk/reliable/ack_scheduler.h"
+#include "transport_dpdk/reliable/peer_liveness.h"
+#include "transport_dpdk/reliable/receive_window.h"
+#include "transport_dpdk/reliable/reliable_sender.h"
+#include "transport_dpdk/wire/wire_format.h"
+
+namespace optireduce {
+namespace transport {
+namespace engine_internal {
+
+using Clock = std::chrono::steady_clock;
+using us = std::chrono::microseconds;
+
+constexpr size_t kBurst = 64;
+// Reliable packets in flight per peer; well inside the receiver's bitmap.
+constexpr uint64_t kMaxInflightPackets = ReceiveWindow::kSpan / 2;
+// Messages a receiver tracks ahead of the next one to announce.
+constexpr uint64_t kMaxPendingMessages = 1 << 16;
+// Every eager message is charged at least this much credit, which bounds
+// the number of records a receiver keeps.
+constexpr uint64_t kMinEagerCharge = 256;
+// New packets sent to one peer per progress iteration (fairness).
+constexpr int kPeerBudget = 64;
+// A receiver acks at once what the sender acts on (gaps, duplicates, ends of
+// messages, control packets), else every kAckEvery packets or a quarter
+// window, at the latest kAckDelay after the first unacked packet.
+constexpr uint32_t kAckEvery = 16;
+constexpr us kAckDelay{100};
+constexpr uint64_t kNoSeq = ReliableSender::kNone;
+// How long the bounded service waits before sending again what the device refused.
+constexpr std::chrono::microseconds kBoundedTxRetry{20};
+// Repair jobs (distinct operations) queued per peer at most; more requests are dropped
+// (counted) and asked again by the requester's next round.
+constexpr size_t kMaxQueuedRepairs = 64;
+// Ranges one repair job holds at most (as many as one request carries).
+constexpr size_t kMaxRepairRanges = 4096;
+
+struct OutMsg {
+  uint64_t id = 0, op = 0, slot = 0;
+  int peer = 0;
+  MsgKind kind = MsgKind::kUnbound;
+  const uint8_t* data = nullptr;
+  uint64_t len = 0, remote_offset = 0, charge = 0;
+  bool eager = false, cancelled = false, waiting_cts = false;
+  // An eager unbound send completes when the receiver returns its credit
+  // (the message was matched and taken), as Gloo's TCP send completes only
+  // once the peer posted its recv; `delivered` marks that credit.
+  bool delivered = false, completed = false;
+  // Withdrawn by its sender (Engine::Withdraw): a kWithdraw follows once every packet is
+  // acknowledged, and the receiver's credit ends it.
+  bool withdrawn = false;
+  uint64_t next_offset = 0;
+  uint64_t packets_total = 0, packets_sent = 0, packets_acked = 0;
+  std::shared_ptr<OpSink> sink;
+  // The payload, copied at PostSend for messages up to eager_max_message
+  // (Gloo's TCP writes those out inside send(), so callers may reuse the
+  // buffer right after), or when the sender's buffer went away before the
+  // send finished (see Engine::Cancel).
+  PayloadPool::Bytes owned;
+};
+
+// Datagrams that arrive for a context before their sender is connected (or
+// before the job's token is known) wait here, up to these bounds, and are
+// applied once it is.
+constexpr size_t kMaxEarlyDatagrams = 1024;
+constexpr size_t kMaxEarlyBytes = 8 << 20;
+
+// Sends up to this size outlive their buffer (copied); larger ones are
+// abandoned. Gloo's algorithm classes destroy send buffers right after
+// their last (small, unwaited) notification send.
+constexpr uint64_t kDetachLimit = 1 << 20;
+// Free payload-copy storage an engine keeps for reuse (PayloadPool).
+constexpr size_t kPayloadCacheBytes = 32 << 20;
+
+// Old-style Buffer sends up to this size are copied at send(), as the
+// socket buffer of Gloo's TCP pair takes them there; larger ones are read
+// in place (TCP writes those out lazily too).
+constexpr uint64_t kBufferSnapshotLimit = 1 << 20;
+
+// A reliable packet until it is cumulatively acknowledged (its transmission
+// state lives in the peer's ReliableSender).
+struct TxRecord {
+  WireHeader h;
+  std::shared_ptr<OutMsg> msg;  // DATA only: where the payload comes from
+  bool acked = false;
+};
+
+struct RecvBufferReg;
+
+struct InMsg {
+  uint64_t id = 0, slot = 0, total = 0, remote_offset = 0, charge = 0;
+  MsgKind kind = MsgKind::kUnbound;
+  bool eager = false;
+  PayloadPool::Bytes stash;  // eager bytes that arrived before the match
+  // Which bytes of `stash` arrived ([begin, end), in arrival order, adjacent ones joined):
+  // the rest is recycled pool memory, never copied to the receiver.
+  std::vector<std::pair<uint64_t, uint64_t>> stashed;
+  uint64_t received = 0;
+  bool matched = false, discard = false, completed = false, done = false;
+  bool withdrawn = false;  // its sender withdrew it before it was announced: dropped then
+  uint8_t* target = nullptr;  // where payload byte 0 goes once matched
+  std::shared_ptr<OpSink> sink;
+  uint64_t op = 0;
+  std::weak_ptr<RecvBufferReg> reg;
+};
+
+struct PostedRecv {
+  uint64_t op = 0;
+  std::vector<int> srcs;
+  uint8_t* ptr = nullptr;
+  size_t capacity = 0;
+  std::shared_ptr<OpSink> sink;
+};
+
+struct RecvBufferReg {
+  int peer = 0;
+  uint64_t slot = 0;
+  uint8_t* base = nullptr;
+  size_t size = 0;
+  std::shared_ptr<OpSink> sink;
+  std::deque<std::shared_ptr<InMsg>> order;  // bound messages, in order
+};
+
+// Unreliable bytes of one bounded operation still to send to a peer: the
+// whole source at first, or the ranges a repair request asked for.
+struct BoundedJob {
+  // The whole source of `op` (`total` bytes), the `order`-th send of its context;
+  // packets at or after `last_from` carry kFlagLast.
+  static BoundedJob Send(uint64_t op, uint64_t total, uint64_t last_from, uint64_t order,
+                         uint64_t op_bytes = 0) {
+    BoundedJob j;
+    j.op = op;
+    j.total = total;
+    j.op_bytes = op_bytes;
+    j.ranges.emplace_back(0, total);
+    j.last_from = last_from;
+    j.order = order;
+    return j;
+  }
+  // The ranges of `op` a repair request asked for (served before every send).
+  static BoundedJob Repair(uint64_t op, std::vector<std::pair<uint64_t, uint64_t>> ranges) {
+    BoundedJob j;
+    j.op = op;
+    j.ranges = std::move(ranges);
+    return j;
+  }
+  bool is_repair() const { return order == 0; }
+
+  uint64_t op = 0;
+  uint64_t total = 0;
+  uint64_t op_bytes = 0;  // the sender's whole allreduce, stated in aux (0: repairs)
+  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
+  size_t range = 0;    // current range
+  uint64_t next = 0;   // next offset within it
+  uint64_t last_from = UINT64_MAX;  // packets at or after this carry kFlagLast
+  // Submission order within the context (0: a repair, served first). Only the oldest
+  // `bounded_senders` sends are active at a time: see PumpBoundedSends.
+  uint64_t order = 0;
+};
+
+struct Peer {
+  int rank = -1;
+  bool connected = false;
+  bool closed = false;  // Pair::close(): no new operations; still acks
+  PeerHandle handle = 0;
+  IoAddress io{};  // as published (for messages)
+  uint32_t remote_ctx = 0;
+  // Payload bytes per datagram with this peer: the smaller of both sides'
+  // datagram limits (exchanged in the Address) minus the header.
+  uint32_t max_payload = 0;
+  uint32_t bounded_payload = 0;
+  // --- sending side ---
+  uint64_t next_seq = 0;
+  uint64_t unacked_base = 0;  // seq of unacked.front()
+  std::deque<TxRecord> unacked;
+  uint64_t inflight_bytes = 0;  // unacknowledged payload (receiver's window)
+  // Loss recovery, congestion window, pacing, RTT (reliable/reliable_sender.h).
+  std::unique_ptr<ReliableSender> sender;
+  std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
+  std::deque<std::shared_ptr<OutMsg>> data_queue;
+  std::deque<BoundedJob> bounded_queue;
+  std::unordered_map<uint64_t, std::shared_ptr<OutMsg>> out_msgs;
+  uint64_t next_msg_id = 0;
+  int64_t eager_credit = 0;
+  // --- receiving side ---
+  ReceiveWindow rx;
+  std::unique_ptr<AckScheduler> acks;
+  uint64_t dsack = kNoSeq;  // a duplicate to report in the next ack
+  std::map<uint64_t, std::shared_ptr<InMsg>> in_msgs;
+  uint64_t next_announce = 0;
+  uint64_t eager_stashed = 0;
+  std::map<uint64_t, std::deque<std::shared_ptr<InMsg>>> buffer_arrivals;
+  // --- liveness (see reliable/peer_liveness.h) ---
+  PeerLiveness live;
+  uint64_t pings = 0;
+  // Set by the peer's ABORT: why it is gone, and the rank that failure blames.
+  std::string gone_reason;
+  int gone_blame = -1;
+  // --- closing (see ReapClosing) ---
+  // The peer answered a close probe of ours with "settled": it has nothing of ours to
+  // wait for (no packet to us unacknowledged or queued). Cleared by any sequenced packet
+  // from it. Probes go out every kCloseProbeEvery, which can be shorter than the round
+  // trip (both progress threads sleeping), so an answer to any probe sent after the
+  // last clearing counts (ids in (close_probe_floor, close_probe_id]); one to an older
+  // probe may describe the peer before the packet that cleared it.
+  bool close_confirmed = false;
+  uint64_t close_probe_id = 0;
+  uint64_t close_probe_floor = 0;
+  Clock::time_point next_close_probe{};
+};
+
+// A destroyed context's addressing, kept after it is released so that a peer's close
+// probe for it is still answered (it needs nothing from us: released contexts have
+// nothing outstanding or gave up).
+struct ClosedCtx {
+  uint32_t id = 0;
+  int rank = 0;
+  uint64_t token = 0;
+  std::vector<std::pair<PeerHandle, uint32_t>> peers;  // by rank: handle, remote ctx
+  std::vector<char> connected;
+};
+constexpr size_t kMaxClosedContexts = 64;
+// An ICMP report quoting one of the last this many PINGs to a peer (liveness or close
+// probes) counts as quoting a PING in flight (ReportProvesGone).
+constexpr uint64_t kPingsInFlight = 64;
+// How often a closing context asks a peer that has not confirmed yet.
+constexpr us kCloseProbeEvery{1000};
+
+struct Arrival {
+  int peer;
+  std::shared_ptr<InMsg> msg;
+};
+
+struct Ctx {
+  uint32_t id = 0;
+  int rank = 0, size = 0;
+  uint64_t token = 0;  // the job's token (rank 0's); 0 until known
+  uint64_t window = 0;
+  std::vector<Peer> peers;
+  std::map<uint64_t, std::deque<PostedRecv>> posted;   // by slot
+  std::map<uint64_t, std::deque<Arrival>> arrivals;    // by slot
+  std::map<std::pair<int, uint64_t>, std::shared_ptr<RecvBufferReg>> regs;
+  std::deque<std::vector<uint8_t>> early;  // see kMaxEarlyDatagrams
+  size_t early_bytes = 0;
+  // After the Gloo context is destroyed the engine keeps answering for it a
+  // little while (like TCP's TIME_WAIT): a peer whose last ack was lost
+  // retransmits, and must get its ack, or its final waitSend would time out.
+  bool closing = false;
+  Clock::time_point closing_since, last_rx;
+  BoundedHooks bounded;
+  uint64_t bounded_next_order = 1;
+  int bounded_senders = 1;  // peers sent to at once (incast control)
+  // A peer is gone or a wait timed out: every pending operation failed with
+  // `failure`, every later one fails with it at once, and no packet of the
+  // context is applied or sent any more (like Gloo TCP's signalException).
+  bool failed = false;
+  std::string failure;
+};
+
+// Where an engine's context ids start (engine.cc).
+uint32_t RandomContextEpoch();
+
+}  // namespace engine_internal
+}  // namespace transport
+}  // namespace optireduce
