@@ -283,7 +283,14 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
     transport::IncastControl model(ctx->size - 1, 1);
     for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
       Result r = Reduce(ctx, policy, step % 4, 0.05);
-      if (r.stats.mode == OpMode::kBounded) model.OnOperation(r.stats.loss_pct / 100, r.stats.RanLate());
+      if (r.stats.mode != OpMode::kBounded) continue;
+      // What the engine is told: the share of both phases' bytes that had not arrived
+      // before repairs (bounded_transpose.cc), not loss_pct (what stayed deferred after
+      // them, 0 here: repairs make a late or lossy phase whole on the loop device).
+      const uint64_t expected = r.stats.phase[0].bytes_expected + r.stats.phase[1].bytes_expected;
+      const uint64_t received = r.stats.phase[0].bytes_received + r.stats.phase[1].bytes_received;
+      model.OnOperation(expected == 0 ? 0.0 : 1.0 - static_cast<double>(received) / expected,
+                        r.stats.RanLate());
     }
     EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
     EXPECT_GE(model.senders(), 1);
@@ -309,11 +316,20 @@ TEST(OptiReduceModeLoop, StragglerDoesNotStallOthersAndComesBackInTheNextOperati
   std::vector<std::vector<float>> cut(ranks), next(ranks);
   testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy(std::chrono::milliseconds(200));
-    for (uint64_t step = 0; step < 4; step++) Reduce(ctx, policy, step, 0.05);
+    OpStats last;
+    for (uint64_t step = 0; step < 4; step++) last = Reduce(ctx, policy, step, 0.05).stats;
+    ASSERT_EQ(last.mode, OpMode::kBounded) << last.ToJson();
     gloo::BarrierOptions b(ctx);
     b.setTag(5);
     gloo::barrier(b);
-    const auto bound = policy->BoundFor(kCount * 4);
+    // The bound the ranks agreed on at calibration (the largest rank's proposal, the same
+    // on every rank), not this rank's own BoundFor: one rank's slow calibration on a loaded
+    // host makes the agreed bound several times another rank's own, and a straggler late
+    // by 5 of its own bounds would then still be within the peers' start grace (at most
+    // half the agreed bound + its repair budget, 1.5 agreed bounds here).
+    const auto bound = policy->BoundWith(
+        kCount * 4, std::chrono::microseconds(static_cast<int64_t>(last.bound_ms * 1000)),
+        last.bound_capped);
     const bool straggler = ctx->rank == late;
     if (straggler) std::this_thread::sleep_for(5 * bound.bound);
     Result r = Reduce(ctx, policy, 4, 0.05);
