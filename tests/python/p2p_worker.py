@@ -29,10 +29,17 @@ seen = []
 group = None
 
 
+# The clause optireduce's transport adds when a third rank passed the news of the failure
+# on ("peer rank 0 is gone (rank 1's context failed on it and closed its connection)"): it
+# names the messenger, not a rank that failed, and which peer's notice comes first is a race.
+RELAYED_BY = re.compile(r"\(rank \d+'s context failed on it[^)]*\)")
+
+
 def failure(e):
-    """An exception as its type and the ranks its message names (the wording differs between
-    transports; who failed must not)."""
-    named = sorted({int(x) for group in re.findall(r"[Rr]anks? ((?:\d+(?:, )?)+)", str(e))
+    """An exception as its type and the ranks its message names as failed (the wording
+    differs between transports; who failed must not)."""
+    text = RELAYED_BY.sub("", str(e))
+    named = sorted({int(x) for group in re.findall(r"[Rr]anks? ((?:\d+(?:, )?)+)", text)
                     for x in group.split(", ")})
     return {"raised": type(e).__name__, "ranks": named, "message": str(e)[:300]}
 

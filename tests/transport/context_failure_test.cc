@@ -16,6 +16,7 @@
 #include <future>
 #include <thread>
 
+#include "algorithms/bounded_channel.h"
 #include "tests/transport/conformance_cases.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/reliable/peer_liveness.h"
@@ -120,6 +121,79 @@ TEST(ContextFailure, TimeoutFailsTheContextLateDataNeverLandsNextContextWorks) {
   t1.join();
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
+}
+
+// A context that fails on one peer fails every bounded wait of the context, not only the
+// waits for that peer's data: a failed context applies nothing more from any peer, so a
+// bounded receive still waiting for a live peer's data would otherwise wait out its whole
+// deadline and then blame the live peer. Rank 2's wait times out, its context fails and
+// closes its connection; rank 0, waiting in a bounded receive for rank 1's data (rank 1 is
+// alive and silent) with a Gloo recv from rank 2 pending, fails on rank 2: its bounded
+// wait ends before its deadline with the failure that names rank 2.
+TEST(ContextFailure, AFailureOnOnePeerEndsTheBoundedWaitsForEveryPeer) {
+  gloo::rendezvous::HashStore store;
+  std::promise<void> rank0_done;
+  std::shared_future<void> rank0_done_f = rank0_done.get_future().share();
+  std::string errors[3];
+  constexpr uint64_t kOp = 0x2000;  // even: phase 1 (BoundedOpId)
+  auto rank0 = [&](const std::shared_ptr<gloo::Context>& ctx) {
+    BoundedChannel* channel = BoundedChannelOf(*ctx);
+    if (channel == nullptr) {
+      errors[0] = "the loop device offers no bounded channel";
+      return;
+    }
+    std::vector<uint8_t> from1(4096, 0), from2(64, 0);
+    auto ub = ctx->createUnboundBuffer(from2.data(), from2.size());
+    ub->recv(2, 7);  // pending with rank 2: its closing is judged at once
+    channel->BeginOperation(kOp, from1.size());
+    auto rx = channel->PostReceive(kOp, {BoundedRegion{1, from1.data(), from1.size()}});
+    const auto deadline = Clock::now() + std::chrono::seconds(20);
+    const PhaseEnd end = rx->Wait(deadline, std::chrono::microseconds(0), 0);
+    if (Clock::now() >= deadline) errors[0] += " the bounded wait ran to its deadline;";
+    if (end != PhaseEnd::kPeerFailed) {
+      errors[0] += std::string(" the wait ended ") + PhaseEndName(end) + ", not peer-failed;";
+    }
+    const absl::Status status = rx->PeerStatus(0);
+    if (status.ok()) {
+      errors[0] += " rank 1's region is not failed;";
+    } else if (status.message().find("rank 2") == absl::string_view::npos) {
+      errors[0] += " the failure does not name rank 2: " + status.ToString() + ";";
+    }
+    rx.reset();
+    channel->Release(kOp);
+    rank0_done.set_value();
+  };
+  auto rank1 = [&](const std::shared_ptr<gloo::Context>&) { rank0_done_f.wait(); };
+  auto rank2 = [&](const std::shared_ptr<gloo::Context>& ctx) {
+    std::vector<uint8_t> buf(64, 0);
+    auto ub = ctx->createUnboundBuffer(buf.data(), buf.size());
+    ub->recv(1, 8);  // rank 1 never sends: the wait times out and fails the context
+    try {
+      ub->waitRecv(nullptr, milliseconds(100));
+      errors[2] = "waitRecv did not time out";
+    } catch (const gloo::IoException&) {
+    }
+    rank0_done_f.wait();
+  };
+  const std::function<void(const std::shared_ptr<gloo::Context>&)> bodies[3] = {rank0, rank1,
+                                                                                   rank2};
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 3; r++) {
+    threads.emplace_back([&, r] {
+      try {
+        auto dev = transport::loop::CreateDevice({});
+        auto ctx = ConnectContext(store, dev, r, 3, std::chrono::seconds(30));
+        bodies[r](ctx);
+      } catch (const std::exception& e) {
+        errors[r] += std::string(" exception: ") + e.what();
+      }
+      if (r == 0 && rank0_done_f.wait_for(std::chrono::seconds(0)) != std::future_status::ready) {
+        rank0_done.set_value();  // rank 0 failed before its end: do not leave the others waiting
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < 3; r++) EXPECT_EQ(errors[r], "") << "rank " << r;
 }
 
 // The liveness rule itself (reliable/peer_liveness.h), on a synthetic clock.

@@ -27,14 +27,11 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
     receiver_.OnAbsent(op, src, not_started);
   };
   hooks.awaits = [this](int peer) { return receiver_.Awaits(peer); };
-  hooks.on_failed = [this, size = engine_->ContextSize(ctx)](int blamed, const std::string& why) {
+  hooks.on_failed = [this, size = engine_->ContextSize(ctx)](int /*blamed*/, const std::string& why) {
+    // The context failed (a gone peer, `blamed`, or a wait that timed out): it sends and
+    // applies nothing more, so no peer's data comes, not only the blamed one's; every wait
+    // ends with the failure, whose reason names the blamed rank.
     const absl::Status failure = absl::UnavailableError(why);
-    if (blamed >= 0) {
-      receiver_.FailPeer(blamed, failure);
-      return;
-    }
-    // A wait timed out: the context sends and applies nothing more, so no peer's data
-    // comes; every wait ends with the failure.
     for (int peer = 0; peer < size; peer++) {
       receiver_.FailPeer(peer, failure);
     }
