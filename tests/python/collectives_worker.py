@@ -96,24 +96,45 @@ for dtype in (torch.float32, torch.float64, torch.int64):
 # One size again and again, as DDP's buckets every step: with GLOO_ALGO=optireduce the first
 # ones calibrate the bound (reliable TAR) and the rest run bounded (OptiReduce mode; the test
 # checks that some did). No loss is injected, so the results are exact to rounding.
+# A rank later than the start grace (the host deschedules it) is left out of a bounded
+# operation: every rank then holds the same flagged result without its share, carried into
+# the next operation on the buffer. Such results are not this call's exact sum, by design;
+# the worker counts the calls it checked exactly.
+def flagged():
+    """(damaged_ops, carried_in_ops) of OptiReduce mode so far; (0, 0) without it."""
+    if os.environ.get("GLOO_ALGO", "").lower() != "optireduce":
+        return (0, 0)
+    import optireduce
+    c = (optireduce.stats().get("optireduce") or {}).get("cumulative") or {}
+    return c.get("damaged_ops", 0), c.get("carried_in_ops", 0)
+
+
 REPEAT = 24
+ran["repeated_exact"] = 0
 for i in range(REPEAT):
     t = values(rank + i, 4096, torch.float32, dist.ReduceOp.SUM)
+    before = flagged()
     dist.all_reduce(t)
     want = sum(values(r + i, 4096, torch.float32, dist.ReduceOp.SUM).to(torch.float64)
                for r in range(world)).to(torch.float32)
-    check(f"repeated all_reduce #{i}", t, want, rounding=HADAMARD_SUMS)
+    if flagged() == before:
+        check(f"repeated all_reduce #{i}", t, want, rounding=HADAMARD_SUMS)
+        ran["repeated_exact"] += 1
     ran["allreduce"] += 1
     ran["allreduce_supported"] += 1
 ran["repeated"] = REPEAT
 
 # Several all_reduces in flight at once (DDP's buckets): distinct tags, async.
 tensors = [values(rank, 5000 + 17 * i, torch.float32, dist.ReduceOp.SUM) for i in range(6)]
+before = flagged()
 works = [dist.all_reduce(t, async_op=True) for t in tensors]
-for i, (t, w) in enumerate(zip(tensors, works)):
+for w in works:
     w.wait()
-    check(f"async all_reduce #{i}", t,
-          expected(5000 + 17 * i, torch.float32, dist.ReduceOp.SUM), rounding=HADAMARD_SUMS)
+async_exact = flagged() == before  # these sizes are calibrating: reliable, exact
+for i, t in enumerate(tensors):
+    if async_exact:
+        check(f"async all_reduce #{i}", t,
+              expected(5000 + 17 * i, torch.float32, dist.ReduceOp.SUM), rounding=HADAMARD_SUMS)
     ran["allreduce"] += 1
     ran["allreduce_supported"] += 1
 

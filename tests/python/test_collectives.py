@@ -21,6 +21,8 @@ def expect_counters(results, algo, transport):
         assert stats["interposed"] is True
         assert c["calls"] == ran["allreduce"], (c, ran)
         assert c["errors"] == 0, c
+        if algo != "optireduce":
+            assert ran["repeated_exact"] == ran["repeated"], ran
         assert c["forwarded_calls"] == (c["forwarded_ring"] + c["forwarded_explicit_algorithm"]
                                         + c["forwarded_unsupported_type"]
                                         + c["forwarded_unsupported_op"]), c
@@ -40,6 +42,9 @@ def expect_counters(results, algo, transport):
             # bounded operations on this transport, not only reliable TAR.
             cum = stats["optireduce"]["cumulative"]
             assert cum["bounded_ops"] >= 1, cum
+            # Every repeated call is checked exactly but for those flagged deferred or
+            # carried (the same on every rank).
+            assert ran["repeated_exact"] >= ran["repeated"] - cum["damaged_ops"] - cum["carried_in_ops"], (ran, cum)
             assert cum["bounded_ops"] + cum["calibration_ops"] <= ran["allreduce_supported"], cum
         t = stats["transport"]
         if transport in ("UDP", "DPDK"):
