@@ -100,13 +100,7 @@ for dtype in (torch.float32, torch.float64, torch.int64):
 # operation: every rank then holds the same flagged result without its share, carried into
 # the next operation on the buffer. Such results are not this call's exact sum, by design;
 # the worker counts the calls it checked exactly.
-def flagged():
-    """(damaged_ops, carried_in_ops) of OptiReduce mode so far; (0, 0) without it."""
-    if os.environ.get("GLOO_ALGO", "").lower() != "optireduce":
-        return (0, 0)
-    import optireduce
-    c = (optireduce.stats().get("optireduce") or {}).get("cumulative") or {}
-    return c.get("damaged_ops", 0), c.get("carried_in_ops", 0)
+from flagged_ops import flagged  # noqa: E402  (this folder: tests/python)
 
 
 REPEAT = 24

@@ -75,13 +75,7 @@ if "--mismatch" in sys.argv:
     dist.destroy_process_group()
     sys.exit(0)
 
-def flagged():
-    """(damaged_ops, carried_in_ops) so far: OptiReduce mode flags an operation whose result
-    lacks a deferred part (a rank later than the start grace, on every rank alike) or holds
-    one carried in from an earlier operation at the same address; neither is this step's
-    exact sum, by design."""
-    c = (optireduce.stats().get("optireduce") or {}).get("cumulative") or {}
-    return c.get("damaged_ops", 0), c.get("carried_in_ops", 0)
+from flagged_ops import flagged  # noqa: E402  (this folder: tests/python)
 
 
 def all_reduce_list(tensors):
