@@ -29,3 +29,8 @@ def install():
 
         keeping._keeps_tensors = True
         setattr(dist, name, keeping)
+
+
+def keep(obj):
+    """Keeps obj (tensors passed to a call that install() does not wrap) until exit."""
+    _kept.append(obj)

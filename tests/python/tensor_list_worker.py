@@ -23,6 +23,9 @@ import optireduce  # noqa: F401  (must precede torch)
 import torch
 import torch.distributed as dist
 
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
+
 dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
                         timeout=datetime.timedelta(seconds=120))
 warnings.simplefilter("ignore")  # all_reduce_multigpu's deprecation warning, every call
@@ -79,9 +82,17 @@ from flagged_ops import flagged  # noqa: E402  (this folder: tests/python)
 
 
 def all_reduce_list(tensors):
-    """dist.all_reduce_multigpu(tensors); True when its result must be the exact sum."""
+    """Allreduce a list of tensors in one call; True when its result must be the exact sum.
+
+    torch 1.x has dist.all_reduce_multigpu; torch 2.x removed it, and the process group's
+    own allreduce takes the same list and reaches gloo::allreduce with the same outputs.
+    """
     before = flagged()
-    dist.all_reduce_multigpu(tensors)
+    if hasattr(dist, "all_reduce_multigpu"):
+        dist.all_reduce_multigpu(tensors)
+    else:
+        keep_tensors.keep(tensors)
+        dist.distributed_c10d._get_default_group().allreduce(tensors).wait()
     return flagged() == before
 
 
