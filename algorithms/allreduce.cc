@@ -386,7 +386,13 @@ void Run(Job job) {
     const BoundedContextState::CarryKey carry_key{reinterpret_cast<uintptr_t>(data), g.elements,
                                                   job.type};
     bool carried_in = false;
-    if (job.bounded && g.elements > 0) carried_in = ledger->bounded_state().TakeCarry(carry_key, data);
+    if (job.bounded && g.elements > 0) {
+      // The flag comes from the mark every rank made, not from whether this rank holds a
+      // carry: the result holds the carry on every rank (a carry dropped over the budget
+      // still flags, as `carry_dropped` said).
+      ledger->bounded_state().TakeCarry(carry_key, data);
+      carried_in = ledger->bounded_state().TakeDeferredMark(carry_key);
+    }
     if (job.bounded && channel == nullptr) WarnNoBoundedService();
     if (channel == nullptr && job.hadamard_only_if_bounded) job.hadamard = false;
     OpStats stats;
@@ -492,6 +498,7 @@ void Run(Job job) {
         throw;
       }
       state.NoteDecision(decision, args.leader);
+      if (stats.damaged) state.MarkDeferred(carry_key);
       if (carry.empty()) {
         state.ReturnSpareCarry(std::move(carry));
       } else {

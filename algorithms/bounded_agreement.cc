@@ -112,6 +112,25 @@ bool BoundedContextState::TakeCarry(const CarryKey& key, void* data) {
   return true;
 }
 
+void BoundedContextState::MarkDeferred(const CarryKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!deferred_marks_.emplace(key, marks_made_).second) return;
+  marks_oldest_first_.emplace_back(key, marks_made_++);
+  // The queue also holds marks taken since (at most as many as it holds live ones).
+  while (deferred_marks_.size() > kMaxDeferredMarks ||
+         marks_oldest_first_.size() > 2 * kMaxDeferredMarks) {
+    const auto& [old, when] = marks_oldest_first_.front();
+    auto it = deferred_marks_.find(old);
+    if (it != deferred_marks_.end() && it->second == when) deferred_marks_.erase(it);
+    marks_oldest_first_.pop_front();
+  }
+}
+
+bool BoundedContextState::TakeDeferredMark(const CarryKey& key) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return deferred_marks_.erase(key) > 0;
+}
+
 std::vector<char> BoundedContextState::SpareCarry(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
   for (auto it = spare_carries_.begin(); it != spare_carries_.end(); ++it) {

@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -86,6 +87,16 @@ class BoundedContextState {
   void ReturnSpareCarry(std::vector<char>&& v);
   size_t carry_bytes() const;
 
+  // Which buffers' next operation returns a deferred part. Every rank marks the buffer
+  // when a decision defers something (the decision is the same on every rank, the carry
+  // is only on the ranks whose part it is), so the flag `OpStats::carried_in` of the next
+  // operation on it is the same on every rank. At most kMaxDeferredMarks buffers are
+  // remembered (the oldest mark is forgotten first).
+  static constexpr size_t kMaxDeferredMarks = size_t{1} << 16;
+  void MarkDeferred(const CarryKey& key);
+  // True (and forgets the mark) when the last operation on `key` deferred a part.
+  bool TakeDeferredMark(const CarryKey& key);
+
   // Which ranks a leader waits for however late they are. A rank that has not started by
   // the start grace is left out and catches up on its own: the operations it is left out
   // of cost it no waiting (the counted data is already there when it starts them), so it
@@ -125,6 +136,9 @@ class BoundedContextState {
   };
   absl::flat_hash_map<CarryKey, Entry> carry_;
   std::list<CarryKey> oldest_first_;
+  absl::flat_hash_map<CarryKey, uint64_t> deferred_marks_;  // key -> when marked
+  std::deque<std::pair<CarryKey, uint64_t>> marks_oldest_first_;  // also marks since taken
+  uint64_t marks_made_ = 0;
   size_t carry_bytes_ = 0;
   std::vector<std::vector<char>> spare_carries_;
   void RecycleLocked(std::vector<char>&& v);

@@ -82,7 +82,8 @@ struct OpStats {
   // The result is not the exact sum of this operation's inputs (a part is deferred); the
   // same on every rank.
   bool damaged = false;
-  // This operation's input included a contribution carried from an earlier one.
+  // This operation's result includes a part deferred by the last operation on the same
+  // buffer; the same on every rank.
   bool carried_in = false;
   // Carried contributions of other buffers dropped to keep the carry within its memory
   // budget when this operation's own was stored (BoundedContextState::kCarryBudgetBytes).

@@ -15,6 +15,7 @@ const char* Short(PhaseEnd end) {
     case PhaseEnd::kEarlyTimeout: return "early";
     case PhaseEnd::kDeadline: return "hard";
     case PhaseEnd::kPeerTimeout: return "peer";
+    case PhaseEnd::kPeerFailed: return "failed";
   }
   return "?";
 }

@@ -20,6 +20,7 @@
 #include "algorithms/allreduce.h"
 #include "algorithms/bounded_agreement.h"
 #include "algorithms/operation_ledger.h"
+#include "algorithms/transpose_plan.h"
 #include "tests/common/in_memory_bounded_hub.h"
 #include "tests/common/ranks.h"
 
@@ -237,7 +238,7 @@ TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes)
     // The deferred part rides on the next operation of the buffer: here one whose inputs
     // are zero, so its output is exactly what was carried.
     const OpStats flush = run(kCut + 1, true);
-    EXPECT_TRUE(flush.carried_in || rank != straggler) << flush.ToJson();
+    EXPECT_TRUE(flush.carried_in) << "every rank flags it; rank " << rank << flush.ToJson();
     EXPECT_TRUE(flush.deferred_ranks.empty()) << flush.ToJson();
     last[rank] = buffer;
     out[rank].assign(sum.begin(), sum.end());
@@ -263,6 +264,57 @@ TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes)
   // And the deferred part was real: the cut operation alone is far from its exact sum.
   EXPECT_GT(hub.counters(LeaderOfStep(kCut)).absent_answers, 0u)
       << "the leader never heard 'not started' from the straggler";
+}
+
+// The flag `carried_in` is the same on every rank, also when only the straggler holds a
+// carry: with 3 values over 4 ranks rank 3 owns no shard, so when it is left out nobody
+// else has anything of it to carry, yet every rank's next result holds its part.
+TEST(BoundedTranspose, CarriedInIsFlaggedOnEveryRankWhenOnlyTheStragglerCarries) {
+  constexpr size_t kFew = 3;
+  constexpr int kStraggler = 3;
+  ASSERT_EQ(TransposePlan(kFew, kRanks).ShardCount(kStraggler), 0u);
+  // A step after calibration (TestPolicy: 2 operations) the straggler does not lead (a
+  // late leader is waited for).
+  uint64_t cut = 2;
+  while (LeaderOfStep(cut) == kStraggler) cut++;
+  InMemoryBoundedHub hub(kRanks, 0.0, 7);
+  std::vector<OpStats> cut_stats(kRanks), flush_stats(kRanks);
+  std::vector<std::vector<float>> flushed(kRanks);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    const int rank = ctx->rank;
+    std::vector<float> buffer(kFew);
+    auto run = [&](float value) {
+      std::fill(buffer.begin(), buffer.end(), value);
+      AllreduceOptions opts(ctx);
+      opts.setOutput(buffer.data(), buffer.size());
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setMode(AllreduceOptions::Mode::kBounded);
+      opts.setHadamard(AllreduceOptions::Hadamard::kOff);
+      opts.setBoundedChannel(hub.channel(rank));
+      opts.setTimeoutPolicy(policy);
+      OpStats stats;
+      opts.setStatsOutput(&stats);
+      allreduce(opts);
+      return stats;
+    };
+    for (uint64_t step = 0; step < cut; step++) run(1.0f);
+    Barrier(ctx);
+    const double bound_s = policy->BoundFor(kFew * 4).bound.count() / 1e6;
+    if (rank == kStraggler) std::this_thread::sleep_for(std::chrono::duration<double>(5 * bound_s));
+    cut_stats[rank] = run(static_cast<float>(rank + 1));
+    Barrier(ctx);
+    flush_stats[rank] = run(0.0f);
+    flushed[rank] = buffer;
+    Barrier(ctx);
+  });
+  for (int r = 0; r < kRanks; r++) {
+    ASSERT_EQ(cut_stats[r].deferred_ranks, std::vector<int>{kStraggler}) << cut_stats[r].ToJson();
+    EXPECT_TRUE(flush_stats[r].carried_in) << "rank " << r << flush_stats[r].ToJson();
+    EXPECT_TRUE(flush_stats[r].deferred_ranks.empty()) << flush_stats[r].ToJson();
+    // The straggler's own part (4 in every element) came back on every rank.
+    EXPECT_EQ(flushed[r], std::vector<float>(kFew, 4.0f)) << "rank " << r;
+  }
 }
 
 // A rank returns from a bounded allreduce only once its phase-2 data has left it: rank 1

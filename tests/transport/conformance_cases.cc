@@ -395,6 +395,7 @@ const std::map<std::string, CaseFn>& Cases() {
       {"reduce", NewReduce},
       {"scatter", NewScatter},
       {"sendrecv", SendRecv},
+      {"transpose", Transpose},
       {"recv_any", RecvAny},
       {"send_before_recv", SendBeforeRecv},
       {"AllreduceRing", [](const Ctx& c, size_t n) {

@@ -693,9 +693,8 @@ int LatePeer(int size) {
                  r.seconds, r.stats.ToJson().c_str());
   }
   gloo::barrier(barrier);
-  // A part deferred by one operation is carried into the next one on the buffer by the
-  // rank it belongs to (its carried_in flag); the others know it from the previous
-  // operation's flag, the same on every rank.
+  // A part deferred by one operation is carried into the next one on the buffer, which
+  // says carried_in on every rank.
   bool previous_damaged = r.stats.damaged;
   for (uint64_t step = 4; step < 10; step++) {
     BoundedResult next = Bounded(ctx, grads, step, policy, 0.05);
