@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <gloo/common/error.h>
@@ -244,6 +245,24 @@ TEST(TwoLevel, EveryTypeOpAndCallShapeIsTheReferenceBytes) {
       EveryOp<int64_t>(ctx, group, &tag);
       EveryOp<uint64_t>(ctx, group, &tag);
       EveryOp<gloo::float16>(ctx, group, &tag);
+    }
+  }, Loop());
+}
+
+TEST(TwoLevel, ConcurrentOperationsWithDistinctTagsKeepTheirOwnData) {
+  // Two-level operations of two tags and a flat one at once on every rank: their slots
+  // never meet (each tag's and each layout's own).
+  testing::RunThreads(8, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    for (int round = 0; round < 3; round++) {
+      std::thread a([&] {
+        RunOne<float>(ctx, 2, 3001, RawFunc(&gloo::sum<float>), false, {1, 1}, 7);
+      });
+      std::thread b([&] {
+        RunOne<double>(ctx, 4, 2999, RawFunc(&gloo::sum<double>), false, {0, 1}, 8);
+      });
+      RunOne<float>(ctx, 8, 3001, RawFunc(&gloo::sum<float>), false, {1, 1}, 9);  // flat
+      a.join();
+      b.join();
     }
   }, Loop());
 }
