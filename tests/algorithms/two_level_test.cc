@@ -267,6 +267,32 @@ TEST(TwoLevel, ConcurrentOperationsWithDistinctTagsKeepTheirOwnData) {
   }, Loop());
 }
 
+TEST(TwoLevel, WithTheHadamardTransformTheSumHoldsToRounding) {
+  // Exact mode with Hadamard kOn: the transform wraps the two-level TAR as it wraps flat.
+  testing::RunThreads(6, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    constexpr size_t kCount = 5003;
+    std::vector<float> data(kCount);
+    // Small integers: the transform's rounding stays far below 1e-3.
+    auto value = [](int rank, size_t i) { return static_cast<float>((i * 7 + rank * 3) % 13); };
+    for (size_t i = 0; i < kCount; i++) data[i] = value(ctx->rank, i);
+    AllreduceOptions opts(ctx);
+    opts.setOutput(data.data(), kCount);
+    opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+    opts.setHadamard(AllreduceOptions::Hadamard::kOn);
+    opts.setLayout(Layout::kTwoLevel);
+    opts.setGroupSize(3);
+    OpStats stats;
+    opts.setStatsOutput(&stats);
+    allreduce(opts);
+    EXPECT_EQ(stats.group_size, 3);
+    for (size_t i = 0; i < kCount; i++) {
+      double want = 0;
+      for (int r = 0; r < ctx->size; r++) want += value(r, i);
+      ASSERT_NEAR(data[i], want, 1e-3) << "element " << i;
+    }
+  }, Loop());
+}
+
 // The layout an operation of `count` floats ran with these options (OpStats::group_size).
 int GroupSizeRun(const std::shared_ptr<gloo::Context>& ctx, Layout layout, size_t group,
                  size_t count = 4096) {
