@@ -21,6 +21,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "algorithms/bounded_channel.h"
+#include "algorithms/exact_transpose.h"
 #include "algorithms/hadamard.h"
 #include "algorithms/internal/thread_scratch.h"
 #include "algorithms/op_stats.h"
@@ -28,6 +29,7 @@
 #include "algorithms/recursive_doubling.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/transpose_plan.h"
+#include "algorithms/two_level_plan.h"
 
 namespace optireduce {
 namespace {
@@ -38,6 +40,8 @@ using Clock = std::chrono::steady_clock;
 
 // Slot prefix for TAR messages; Gloo's own collectives use 0x01..0x08.
 constexpr uint8_t kTransposeSlotPrefix = 0x20;
+// Two-level TAR's four data slots (exact_transpose.h), apart from every flat TAR slot.
+constexpr uint8_t kTwoLevelSlotPrefix = 0x21;
 // A Gloo slot leaves 24 bits below the tag: TAR's two data slots, then one agreement slot
 // per operation of the tag (its sequence, wrapping after 2^22 operations), then recursive
 // doubling's.
@@ -53,30 +57,6 @@ struct ImplAccess : gloo::AllreduceOptions {
   static const Impl& Get(const gloo::AllreduceOptions& opts) {
     return opts.*(&ImplAccess::impl_);
   }
-};
-
-// The operation's own time limit. It never throws by itself: a wait that starts after it
-// passed still runs, with the shortest timeout, so that the transport times the operation
-// out as a Gloo wait timeout does (Gloo's TCP device and ours then fail the context: no
-// later operation on it succeeds, and nothing lands in this operation's buffers later).
-class Deadline {
- public:
-  explicit Deadline(milliseconds timeout) : timeout_(timeout) {
-    if (timeout.count() > 0) end_ = Clock::now() + timeout;
-  }
-  // Time left for the next wait (at least kLastWait once passed); kUnsetTimeout means "the
-  // transport's default".
-  milliseconds Remaining() const {
-    if (timeout_.count() <= 0) return gloo::transport::kUnsetTimeout;
-    return std::max(std::chrono::duration_cast<milliseconds>(end_ - Clock::now()), kLastWait);
-  }
-  bool passed() const { return timeout_.count() > 0 && Clock::now() >= end_; }
-  milliseconds timeout() const { return timeout_; }
-
- private:
-  static constexpr milliseconds kLastWait{1};
-  milliseconds timeout_;
-  Clock::time_point end_;
 };
 
 // Built field by field (MakeJob): each value is named where it is set.
@@ -99,33 +79,10 @@ struct Job {
   TimeoutPolicy* policy{};
   BoundedChannel* channel{};  // override; nullptr: the context transport's own
   OpStats* stats_out{};
+  // Two-level TAR's group size (1 < G < N) for the exact TAR this operation may run; 0:
+  // flat (ResolveGroupSize). OptiReduce mode runs flat TAR whatever it says.
+  int group_size{};
 };
-
-// Waits for one completion on `buf` (a receive or a send) within the deadline; a timeout,
-// an abort or a transport error becomes one gloo::IoException saying where TAR was.
-// Returns the peer the transport reports.
-int WaitOne(gloo::transport::UnboundBuffer& buf, bool recv, const char* what, int peer,
-            uint32_t tag, const Deadline& deadline) {
-  int rank = peer;
-  bool ok = false;
-  try {
-    const auto left = deadline.Remaining();
-    ok = recv ? buf.waitRecv(&rank, left) : buf.waitSend(&rank, left);
-  } catch (const gloo::IoException& e) {
-    if (deadline.passed()) {
-      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") timed out after ",
-                                           deadline.timeout().count(), " ms ", what, " rank ",
-                                           peer, ": ", e.what()));
-    }
-    throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", tag, ") failed ",
-                                         what, " rank ", peer, ": ", e.what()));
-  }
-  if (!ok) {
-    GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", tag, ") aborted while ", what,
-                            " rank ", peer);
-  }
-  return rank;
-}
 
 void Validate(const Impl& g) {
   GLOO_ENFORCE(g.context != nullptr, "optireduce::allreduce: no context");
@@ -168,109 +125,6 @@ void HadamardTransform(const Job& job, char* data, uint64_t seed, bool forward) 
   }
 }
 
-// One round of TAR over elements [offset, offset + len) of every shard (len clipped to each
-// shard's count), so scratch memory stays bounded for buffers of any size.
-//
-// The round is pipelined in chunks of job.pipeline_chunk_bytes: every phase-1 chunk is
-// sent at once, and an owner reduces chunk c and sends it on (phase 2) as soon as every
-// peer's chunk c is in, while later chunks are still on the wire. Phase 2 receives land in
-// place, over the regions this rank sends from in phase 1: an owner's reduced chunk c can
-// only exist once it has all of this rank's chunk c, so nothing is overwritten before it
-// has left. Chunks of one (peer, slot) are sent and received in the same order, which is
-// how transports match them (Gloo's TCP pair and ours alike).
-void TransposeRound(const Job& job, char* data, gloo::transport::UnboundBuffer& send_buf,
-                    gloo::transport::UnboundBuffer& recv_buf, const TransposePlan& plan,
-                    size_t round_offset, size_t round_len, const Deadline& deadline,
-                    uint64_t slot1, uint64_t slot2) {
-  const Impl& g = job.gloo;
-  gloo::Context& ctx = *g.context;
-  const int rank = ctx.rank;
-  const int n = ctx.size;
-  const size_t esz = g.elementSize;
-  auto piece = [&](int owner, size_t* begin) -> size_t {
-    const size_t count = plan.ShardCount(owner);
-    if (round_offset >= count) return 0;
-    *begin = plan.ShardBegin(owner) + round_offset;
-    return std::min(round_len, count - round_offset);
-  };
-  const size_t chunk_elems =
-      job.pipeline_chunk_bytes == 0 ? round_len
-                                    : std::max<size_t>(1, job.pipeline_chunk_bytes / esz);
-  auto chunks_of = [chunk_elems](size_t count) { return (count + chunk_elems - 1) / chunk_elems; };
-  auto chunk_len = [chunk_elems](size_t count, size_t c) {
-    return std::min(chunk_elems, count - c * chunk_elems);
-  };
-
-  size_t my_begin = 0;
-  const size_t my_count = piece(rank, &my_begin);
-  const size_t my_chunks = chunks_of(my_count);
-  // One peer's contribution to this round's piece of my shard per step: sized by the
-  // piece (at most the segment), not by the segment limit.
-  const size_t step_bytes = my_count * esz;
-  char* scratch = internal::ThreadScratch(internal::ScratchSlot::kReliableSteps,
-                                          std::max<size_t>(1, (n - 1) * step_bytes));
-  auto from_step = [&](int step) { return scratch + (step - 1) * step_bytes; };
-
-  // Phase 1: post a receive per chunk of my shard from every peer (a buffer each, so a
-  // chunk's arrival is known exactly), then send each owner its shard, chunk-major.
-  std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> from_peer((n - 1) * my_chunks);
-  for (size_t c = 0; c < my_chunks; c++) {
-    for (int step = 1; step < n; step++) {
-      const size_t len = chunk_len(my_count, c) * esz;
-      auto& buf = from_peer[c * (n - 1) + (step - 1)];
-      buf = ctx.createUnboundBuffer(from_step(step) + c * chunk_elems * esz, len);
-      buf->recv(plan.RecvPeer(rank, step), slot1, 0, len);
-    }
-  }
-  int sends = 0;
-  size_t unused = 0;
-  const size_t most_chunks = chunks_of(piece(0, &unused));  // shard 0 is the longest
-  for (size_t c = 0; c < most_chunks; c++) {
-    for (int step = 1; step < n; step++) {
-      const int peer = plan.SendPeer(rank, step);
-      size_t begin = 0;
-      const size_t count = piece(peer, &begin);
-      if (c >= chunks_of(count)) continue;
-      send_buf.send(peer, slot1, (begin + c * chunk_elems) * esz, chunk_len(count, c) * esz);
-      sends++;
-    }
-  }
-
-  // Phase 2 receives: every other owner's reduced shard, chunk by chunk, in place.
-  int recvs = 0;
-  for (int step = 1; step < n; step++) {
-    const int owner = plan.RecvPeer(rank, step);
-    size_t begin = 0;
-    const size_t count = piece(owner, &begin);
-    for (size_t c = 0; c < chunks_of(count); c++) {
-      recv_buf.recv(owner, slot2, (begin + c * chunk_elems) * esz, chunk_len(count, c) * esz);
-      recvs++;
-    }
-  }
-
-  // Reduce each chunk in step order as its contributions arrive, and send it on at once.
-  for (size_t c = 0; c < my_chunks; c++) {
-    const size_t len = chunk_len(my_count, c);
-    char* mine = data + (my_begin + c * chunk_elems) * esz;
-    for (int step = 1; step < n; step++) {
-      WaitOne(*from_peer[c * (n - 1) + (step - 1)], /*recv=*/true, "receiving phase-1 data from",
-              plan.RecvPeer(rank, step), g.tag, deadline);
-      g.reduce(mine, mine, from_step(step) + c * chunk_elems * esz, len);
-    }
-    for (int step = 1; step < n; step++) {
-      send_buf.send(plan.SendPeer(rank, step), slot2, (my_begin + c * chunk_elems) * esz,
-                    len * esz);
-      sends++;
-    }
-  }
-  for (int i = 0; i < recvs; i++) {
-    WaitOne(recv_buf, /*recv=*/true, "receiving phase-2 data from", -1, g.tag, deadline);
-  }
-  for (int i = 0; i < sends; i++) {
-    WaitOne(send_buf, /*recv=*/false, "sending data to", -1, g.tag, deadline);
-  }
-}
-
 // What every rank must agree on before data moves. Sent to each peer ahead of the data on
 // its own slot: on an ordered transport it arrives first, so a rank with a different count
 // is reported with a clear error before any receive of the wrong size is posted (Gloo's
@@ -287,8 +141,16 @@ struct PeerFingerprint {
   uint64_t calibration_index;  // OperationLedger::Operation::calibration_index + 1; 0: none
   uint64_t proposal_us;        // TimeoutPolicy::Proposal; 0: no history yet
   uint64_t cap_us;             // the rank's hard cap
+  uint32_t group_size;         // the layout the options name: Job::group_size (0: flat)
+  uint32_t reserved;
 };
-static_assert(sizeof(PeerFingerprint) == 40, "fingerprint is sent as raw bytes");
+static_assert(sizeof(PeerFingerprint) == 48, "fingerprint is sent as raw bytes");
+
+// How error messages name a layout (a Job::group_size).
+std::string LayoutName(uint32_t group_size) {
+  return group_size > 1 ? absl::StrCat("two-level TAR with groups of ", group_size)
+                        : std::string("flat TAR");
+}
 
 // What the fingerprints of a completed exchange settle the bound of their size to: the
 // largest proposal within the smallest cap, or the smallest cap when a rank had no history.
@@ -360,7 +222,8 @@ bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
   mine.type = static_cast<uint8_t>(job.type);
   mine.op = static_cast<uint8_t>(job.op);
   mine.hadamard = static_cast<uint8_t>(job.hadamard);
-  mine.version = 2;
+  mine.group_size = static_cast<uint32_t>(job.group_size);
+  mine.version = 3;
   std::vector<PeerFingerprint> theirs(n);
   auto send_buf = ctx.createUnboundBuffer(&mine, sizeof(mine));
   auto recv_buf = ctx.createUnboundBuffer(theirs.data(), theirs.size() * sizeof(mine));
@@ -395,36 +258,41 @@ bool VerifyPeersAgree(const Job& job, uint64_t slot, const Deadline& deadline,
     GLOO_ENFORCE(t.hadamard == mine.hadamard && t.op == mine.op,
                  "optireduce::allreduce (tag ", g.tag, "): ranks ", ctx.rank, " and ", peer,
                  " disagree on the reduce op or the Hadamard setting");
+    GLOO_ENFORCE(t.group_size == mine.group_size, "optireduce::allreduce (tag ", g.tag,
+                 "): ranks ", ctx.rank, " and ", peer, " disagree on the layout of ", n,
+                 " ranks: rank ", ctx.rank, " has ", LayoutName(mine.group_size), ", rank ",
+                 peer, " has ", LayoutName(t.group_size));
   }
   theirs[ctx.rank] = mine;
   *agreement = Agree(theirs);
   return true;
 }
 
-// Exact TAR's scratch per thread: one peer's piece of this rank's shard per step, the
-// piece at most a segment (TransposeRound).
+// Exact TAR's scratch per thread (flat: what OptiReduce mode's calibration runs).
 size_t ReliableScratchBytes(const Job& job, int rank, int ranks) {
-  const Impl& g = job.gloo;
-  const size_t segment_elems = std::max<size_t>(1, job.max_segment_bytes / g.elementSize);
-  const size_t piece = std::min(TransposePlan(g.elements, ranks).ShardCount(rank), segment_elems);
-  return static_cast<size_t>(ranks - 1) * piece * g.elementSize;
+  return FlatScratchBytes(job.gloo.elements, job.gloo.elementSize, job.max_segment_bytes, rank,
+                          ranks);
 }
 
-// Exact TAR over the transport's reliable service, after the agreement check.
+// Exact TAR over the transport's reliable service, after the agreement check: flat, or
+// two-level when the job has a group size.
 void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& deadline,
                  uint64_t slot1, uint64_t slot2) {
   const Impl& g = job.gloo;
-  gloo::Context& ctx = *g.context;
-  const size_t bytes = g.elements * g.elementSize;
   if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
-  const TransposePlan plan(g.elements, ctx.size);
-  const size_t segment_elems = std::max<size_t>(1, job.max_segment_bytes / g.elementSize);
-  const size_t rounds = (plan.MaxShardCount() + segment_elems - 1) / segment_elems;
-  auto send_buf = ctx.createUnboundBuffer(data, bytes);
-  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
-  for (size_t r = 0; r < rounds; r++) {
-    TransposeRound(job, data, *send_buf, *recv_buf, plan, r * segment_elems, segment_elems,
-                   deadline, slot1, slot2);
+  ExactTar tar;
+  tar.context = g.context.get();
+  tar.element_size = g.elementSize;
+  tar.reduce = &g.reduce;
+  tar.tag = g.tag;
+  tar.max_segment_bytes = job.max_segment_bytes;
+  tar.pipeline_chunk_bytes = job.pipeline_chunk_bytes;
+  tar.deadline = &deadline;
+  if (job.group_size > 1 && !job.bounded) {
+    TwoLevelTransposeAllreduce(tar, data, g.elements, job.group_size,
+                               gloo::Slot::build(kTwoLevelSlotPrefix, g.tag));
+  } else {
+    FlatTransposeAllreduce(tar, data, g.elements, slot1, slot2);
   }
   if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
 }
@@ -533,6 +401,7 @@ void Run(Job job) {
     stats.bytes = bytes;
     stats.rank = ctx.rank;
     stats.size = ctx.size;
+    stats.flat_fallback = job.bounded && job.group_size > 1;
     const Deadline deadline(g.timeout);
     const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
     const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
@@ -653,6 +522,7 @@ void Run(Job job) {
         // the bounded transpose is not pipelined: neither is its calibration.
         if (channel != nullptr) job.pipeline_chunk_bytes = 0;
         RunReliable(job, data, seed, deadline, slot1, slot2);
+        if (!job.bounded) stats.group_size = job.group_size;
       }
       stats.mode = channel != nullptr ? OpMode::kCalibration : OpMode::kReliable;
     }
@@ -690,6 +560,20 @@ void Run(Job job) {
   for (size_t i = 1; i < g.out.size(); i++) {
     if (g.out[i]->ptr != data && bytes > 0) std::memcpy(g.out[i]->ptr, data, bytes);
   }
+}
+
+// The group size of two-level TAR the options name for N ranks; 0: flat TAR. An explicit
+// group size must divide N: a pure function of the options, so every rank raises alike.
+int ResolveGroupSize(const AllreduceOptions& extras, int ranks) {
+  const size_t named = extras.groupSize();
+  GLOO_ENFORCE(named == 0 || (named <= static_cast<size_t>(ranks) && ranks % named == 0),
+               "optireduce::allreduce: group size ", named, " does not divide the ", ranks,
+               " ranks (two-level TAR needs N/G groups of G)");
+  using Layout = AllreduceOptions::Layout;
+  if (extras.layout() == Layout::kFlat) return 0;
+  if (extras.layout() == Layout::kAuto && ranks < AllreduceOptions::kTwoLevelMinRanks) return 0;
+  const int group = named != 0 ? static_cast<int>(named) : TwoLevelGroupSize(ranks);
+  return group > 1 && group < ranks ? group : 0;
 }
 
 Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
@@ -736,6 +620,7 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
   job.policy = policy;
   job.channel = extras.boundedChannel();
   job.stats_out = extras.statsOutput();
+  job.group_size = ResolveGroupSize(extras, g.context->size);
   return job;
 }
 

@@ -16,6 +16,7 @@
 #include "algorithms/bounded_transpose.h"
 #include "algorithms/op_stats.h"
 #include "algorithms/timeout_policy.h"
+#include "algorithms/two_level_plan.h"
 #include "algorithms/types.h"
 
 namespace optireduce {
@@ -34,6 +35,13 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   enum class Mode : uint8_t {
     kReliable,  // exact TAR over the transport's reliable service
     kBounded,   // OptiReduce mode: bounded time, tolerates loss (float sums only)
+  };
+
+  // How exact TAR arranges the ranks (two_level_plan.h, exact_transpose.h).
+  enum class Layout : uint8_t {
+    kAuto,      // two-level from kTwoLevelMinRanks ranks on, when N has a divisor > 1
+    kFlat,      // flat TAR: every rank sends to every rank
+    kTwoLevel,  // two-level TAR: groups of groupSize() (or TwoLevelGroupSize(N))
   };
 
   explicit AllreduceOptions(const std::shared_ptr<gloo::Context>& context)
@@ -59,6 +67,17 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   // the whole buffer cost less than TAR's 2(N-1) messages while per-message cost dominates.
   // 0: always TAR. OptiReduce mode (bounded) is not affected.
   void setSmallMessageBytes(size_t bytes) { small_message_bytes_ = bytes; }
+  // Exact TAR's layout. Two-level TAR: ranks in N/G groups of G run TAR's phase 1 within
+  // the group, a whole TAR across the groups between the ranks that own the same part, and
+  // phase 2 within the group: 2(G-1) + 2(N/G-1) messages per rank instead of 2(N-1).
+  // OptiReduce mode (kBounded) runs flat TAR whatever the layout (OpStats::flat_fallback);
+  // exact operations up to the small-message size run recursive doubling.
+  void setLayout(Layout layout) { layout_ = layout; }
+  // Two-level TAR's group size G; 0: TwoLevelGroupSize(N). A G that does not divide N
+  // raises gloo::EnforceNotMet (on every rank: it depends on the options alone). G = 1 or
+  // G = N is flat TAR. Every rank must name the same layout: the fingerprint exchange
+  // raises when they differ.
+  void setGroupSize(size_t group_size) { group_size_ = group_size; }
   // OptiReduce mode. Float sums on a transport with a bounded service run bounded; other
   // types/ops, and transports without one (Gloo TCP), run reliable TAR (stats say so).
   void setMode(Mode mode) { mode_ = mode; }
@@ -81,6 +100,8 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   size_t maxSegmentBytes() const { return max_segment_bytes_; }
   size_t smallMessageBytes() const { return small_message_bytes_; }
   size_t pipelineChunkBytes() const { return pipeline_chunk_bytes_; }
+  Layout layout() const { return layout_; }
+  size_t groupSize() const { return group_size_; }
   Mode mode() const { return mode_; }
   double maxLoss() const { return max_loss_; }
   Compensation compensation() const { return compensation_; }
@@ -96,6 +117,10 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   // Chosen from optireduce-sweep (bench/README.md): the largest size at which recursive
   // doubling was still faster than TAR on every transport at 2 and 4 ranks.
   static constexpr size_t kDefaultSmallMessageBytes = 64 * 1024;
+  // kAuto's switch-over: two-level TAR from this many ranks on. Chosen by the scaling model
+  // (bench/README.md): below it flat TAR's N-1 messages per phase cost less than the extra
+  // round two-level TAR adds.
+  static constexpr int kTwoLevelMinRanks = 64;
   // The loss limit of every entry point (this API, OPTIREDUCE_MAX_LOSS, optireduce-bench).
   static constexpr double kDefaultMaxLoss = optireduce::kDefaultMaxLoss;
   // OptiReduce mode's default Hadamard block (2^17 elements): a lost 1 KiB packet's damage
@@ -115,6 +140,8 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   size_t max_segment_bytes_ = kDefaultMaxSegmentBytes;
   size_t small_message_bytes_ = kDefaultSmallMessageBytes;
   size_t pipeline_chunk_bytes_ = kDefaultPipelineChunkBytes;
+  Layout layout_ = Layout::kAuto;
+  size_t group_size_ = 0;
   Mode mode_ = Mode::kReliable;
   double max_loss_ = kDefaultMaxLoss;
   Compensation compensation_ = Compensation::kDebias;

@@ -105,6 +105,8 @@ void AllreduceBench::Run(IterationStats* stats) {
     opts.setTag(kTag);
     opts.setTimeout(timeout_);
     opts.setHadamard(AllreduceOptions::Hadamard::kOff);
+    opts.setLayout(optireduce_.layout);
+    opts.setGroupSize(optireduce_.group_size);
     optireduce::allreduce(opts);
   } else {
     OptiReduceCall call;

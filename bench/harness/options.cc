@@ -139,6 +139,12 @@ std::string BenchUsage(const char* argv0) {
       "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n"
       "      --max-loss=F          optireduce: loss fraction above which an operation\n"
       "                            repairs, then flags damage (default 0.05, as the library)\n"
+      "      --layout=flat|2d|auto transpose, optireduce: TAR's layout: flat, two-level\n"
+      "                            (2d: groups of --group-size) or the library's choice\n"
+      "                            (auto, default: two-level from 64 ranks)\n"
+      "      --group-size=G        transpose, optireduce: two-level TAR's group size, a\n"
+      "                            divisor of the ranks (default 0: the library's choice,\n"
+      "                            the largest divisor up to sqrt(N))\n"
       "  The library's OPTIREDUCE_MAX_LOSS, _TIMEOUT_MS, _REPAIR_BUDGET, _START_GRACE and\n"
       "  _HADAMARD variables set these defaults, as in a PyTorch job; flags override them.\n\n"
       "BENCHMARK is one of: ",
@@ -275,6 +281,20 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
                             o.optireduce.max_loss = x;
                             return absl::OkStatus();
                           }}},
+      {"--layout", Spec{true, [&](const std::string& f, const std::string& v) {
+                          using Layout = AllreduceOptions::Layout;
+                          if (v == "flat") {
+                            o.optireduce.layout = Layout::kFlat;
+                          } else if (v == "2d") {
+                            o.optireduce.layout = Layout::kTwoLevel;
+                          } else if (v == "auto") {
+                            o.optireduce.layout = Layout::kAuto;
+                          } else {
+                            return Bad(f, v, "flat, 2d or auto");
+                          }
+                          return absl::OkStatus();
+                        }}},
+      {"--group-size", integer(0, 1 << 20, [&](long v) { o.optireduce.group_size = size_t(v); })},
       {"--start-grace", Spec{true, [&](const std::string& f, const std::string& v) {
                                if (v != "budget" && v != "learned")
                                  return Bad(f, v, "budget or learned");

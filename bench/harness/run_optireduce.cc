@@ -36,6 +36,8 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
                                         : AllreduceOptions::Hadamard::kOff);
   opts.setMaxLoss(call.settings.max_loss);
   opts.setMode(AllreduceOptions::Mode::kBounded);
+  opts.setLayout(call.settings.layout);
+  opts.setGroupSize(call.settings.group_size);
   OpStats op;
   opts.setStatsOutput(&op);
   optireduce::allreduce(opts);

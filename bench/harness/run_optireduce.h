@@ -25,6 +25,10 @@ struct OptiReduceSettings {
   // Loss above which an operation repairs and then flags damage (--max-loss,
   // OPTIREDUCE_MAX_LOSS).
   double max_loss = AllreduceOptions::kDefaultMaxLoss;
+  // TAR's layout and two-level group size (--layout, --group-size), for `transpose` and
+  // `optireduce` (which runs flat TAR whatever the layout: algorithms/README.md).
+  AllreduceOptions::Layout layout = AllreduceOptions::Layout::kAuto;
+  size_t group_size = 0;
 };
 
 struct OptiReduceCall {

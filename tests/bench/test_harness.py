@@ -46,6 +46,8 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--max-loss", "2", "optireduce"], "--max-loss"),
     (["--local-ranks", "2", "--max-loss", "lots", "optireduce"], "[0, 1]"),
     (["--local-ranks", "2", "--verify=yes", "allreduce"], "takes no value"),
+    (["--local-ranks", "2", "--layout", "ring", "transpose"], "flat, 2d or auto"),
+    (["--local-ranks", "2", "--group-size", "-1", "transpose"], "--group-size"),
 ])
 def test_bad_flags_exit_2_with_message(bench_bin, args, needle):
     env = dict(os.environ)
@@ -154,6 +156,23 @@ def test_inputs_threads_and_odd_sizes(bench_bin):
                 "--straggler-ms-dist", "exp:1", algo)
         assert p.returncode == 0, p.stdout + p.stderr
         assert len(parse_rows(p.stdout)) == 1
+
+
+@pytest.mark.parametrize("layout", ["flat", "2d", "auto"])
+def test_layout_and_group_size_reach_tar(bench_bin, layout):
+    # 20 000 floats: above the small-message size, so TAR runs (not recursive doubling).
+    p = run(bench_bin, "--local-ranks", "4", "--elements", "20000", "--iteration-count", "3",
+            "--warmup-iters", "1", "--layout", layout, "--group-size", "2", "transpose")
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "verify=true" in p.stdout
+    assert len(parse_rows(p.stdout)) == 1
+
+
+def test_a_group_size_that_does_not_divide_the_ranks_is_named(bench_bin):
+    p = run(bench_bin, "--local-ranks", "4", "--elements", "20000", "--iteration-count", "2",
+            "--layout", "2d", "--group-size", "3", "transpose")
+    assert p.returncode != 0
+    assert "group size 3 does not divide the 4 ranks" in p.stderr, p.stderr
 
 
 def test_sync_busy_poll_old_style(bench_bin):
