@@ -403,7 +403,8 @@ def section_scaling(a, d):
     p = preds[0]
     lines = stamp([rel_bin(c) for c in cmd], [rel_bin(c) for c in model_cmd]) + [
         "Local ranks over our UDP on loopback (%s CPUs shared by all ranks), p50 of each "
-        "point, %s interleaved runs per point (the median p50's run). The model: "
+        "point, the fastest of %s interleaved runs per point (the host's other work only "
+        "slows a run down). The model: "
         "bench/README.md, \"Scaling model\"; its costs are fitted to these points." % (
             os.cpu_count(), "1" if a.quick else SCALING_REPEAT), ""]
     # Flat vs 2D TAR at 8 and 16 ranks (the largest measured rank counts in --quick).

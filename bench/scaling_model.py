@@ -30,8 +30,8 @@ Time of one allreduce (us): t = s(m a + b b') + s^2 m k + d delta + r lambda
   dependent steps (ring: its 2(N-1) rounds; flat TAR: 2 phases; 2D TAR: 4) times the
   one-way network latency delta; r the expected number of steps a lost packet stalls
   (each step stalls when any of its packets, over all ranks, is lost) times lambda, the
-  cost of one repair. a, b', k per algorithm are fitted by least squares on relative
-  error (every coefficient non-negative) to measured p50 times; 2D TAR uses flat TAR's
+  cost of one repair. a, b', k per algorithm are fitted by least squares on
+  log(model / measured) (every coefficient non-negative) to measured p50 times; 2D TAR uses flat TAR's
   (the same transport and reduction code). On a cluster (--cores 0: one core per rank,
   s = 1) the byte cost is the larger of the fitted b' and the link's 8/Gbit per s.
 """
@@ -162,30 +162,82 @@ def solve(a, y):
     return [m[i][p] / m[i][i] for i in range(p)]
 
 
-def fit(rows, nfeat=3):
-    """Fits (a, b', k) to rows of (features, time) minimising the summed squared relative
-    error, every coefficient >= 0 (the best of every subset of the terms whose least-
-    squares solution is non-negative). Returns (coefficients, rms relative error)."""
+def _rel_fit(rows, idx):
+    """Least squares on relative error over the terms idx: a linear problem."""
+    a = [[f[i] / t for i in idx] for f, t in rows]
+    return solve(a, [1.0] * len(rows))
+
+
+def _log_fit(rows, idx, start):
+    """Least squares on log(model / measured) over the terms idx (Gauss-Newton from
+    start, halving steps that do not lower the error); None when a term goes negative."""
+    def err(c):
+        tot = 0.0
+        for f, t in rows:
+            m = sum(ci * f[i] for ci, i in zip(c, idx))
+            if m <= 0:
+                return float("inf")
+            tot += math.log(m / t) ** 2
+        return tot
+    c, e = list(start), err(start)
+    if e == float("inf"):
+        return None
+    for _ in range(100):
+        jac, res = [], []
+        for f, t in rows:
+            m = sum(ci * f[i] for ci, i in zip(c, idx))
+            jac.append([f[i] / m for i in idx])
+            res.append(-math.log(m / t))
+        step = solve(jac, res)
+        if step is None:
+            break
+        lam, improved = 1.0, False
+        while lam > 1e-6:
+            trial = [ci + lam * si for ci, si in zip(c, step)]
+            if all(v >= 0 for v in trial):
+                et = err(trial)
+                if et < e:
+                    improved = e - et > 1e-12 * max(1.0, e)
+                    c, e = trial, et
+                    break
+            lam /= 2
+        if not improved:
+            break
+    return c if all(v >= 0 for v in c) else None
+
+
+def fit(rows, nfeat=3, log=True):
+    """Fits (a, b', k) to rows of (features, time), every coefficient >= 0: the best over
+    every subset of the terms. log (default): least squares on log(model / measured), so a
+    point twice as slow as the model weighs as much as one twice as fast (host noise only
+    ever slows a point down); otherwise on relative error. Returns (coefficients, rms of
+    the relative error model / measured - 1)."""
     best = None
     for mask in range(1, 1 << nfeat):
         idx = [i for i in range(nfeat) if mask >> i & 1]
         if len(rows) < len(idx):
             continue
-        a = [[f[i] / t for i in idx] for f, t in rows]
-        y = [1.0] * len(rows)
-        sol = solve(a, y)
+        sol = _rel_fit(rows, idx)
         if sol is None or any(v < 0 for v in sol):
             continue
+        if log:
+            sol = _log_fit(rows, idx, sol)
+            if sol is None:
+                continue
         coef = [0.0] * nfeat
         for i, v in zip(idx, sol):
             coef[i] = v
-        err = math.sqrt(sum((sum(c * x for c, x in zip(coef, f)) / t - 1) ** 2
-                            for f, t in rows) / len(rows))
-        if best is None or err < best[1] - 1e-12:
-            best = (coef, err)
+        model = [sum(c * x for c, x in zip(coef, f)) for f, _ in rows]
+        if any(m <= 0 for m in model):
+            continue
+        key = sum((math.log(m / t) if log else m / t - 1) ** 2
+                  for m, (_, t) in zip(model, rows))
+        err = math.sqrt(sum((m / t - 1) ** 2 for m, (_, t) in zip(model, rows)) / len(rows))
+        if best is None or key < best[2] - 1e-12:
+            best = (coef, err, key)
     if best is None:
         raise ValueError("no non-negative fit (need at least one measurement)")
-    return best
+    return best[0], best[1]
 
 
 def fit_measured(measured, chunk=DEFAULT_CHUNK):
@@ -275,7 +327,8 @@ def measure(a):
     runs = {}
     with tempfile.TemporaryDirectory(prefix="scaling-") as tmp:
         # Every (size, ranks, algorithm) once, then again: a busy spell of the host falls
-        # on one run of each, and the median run sets the row.
+        # on one run of each. The host's other work only ever slows a run down, so the
+        # fastest run (lowest p50) is the one closest to the algorithm's own cost.
         for rep in range(a.repeat):
             for nbytes in a.sizes:
                 for n in a.ranks:
@@ -296,7 +349,7 @@ def measure(a):
     rows = []
     for (nbytes, n, algo), rs in runs.items():
         rs.sort(key=lambda r: float(r["p50_us"]))
-        mid = rs[(len(rs) - 1) // 2]
+        mid = rs[0]
         p99s = sorted(float(r["p99_us"]) for r in rs)
         rows.append(dict(algo=algo, ranks=n, bytes=nbytes, cores=cores, p50_us=mid["p50_us"],
                          p99_us="%.3f" % p99s[(len(p99s) - 1) // 2],
@@ -472,7 +525,7 @@ def parse_args(argv):
     m.add_argument("--iterations", type=int, default=0,
                    help="timed iterations per run (default: 5-30 by size)")
     m.add_argument("--repeat", type=int, default=1,
-                   help="runs of each point, interleaved; the median p50's run is kept")
+                   help="runs of each point, interleaved; the run with the lowest p50 is kept")
     m.add_argument("--timeout", type=float, default=600)
     for p in (ap, sub.add_parser("model", help="fit and predict (the default)")):
         p.add_argument("--measured", help="measure's CSV: fit the costs to it")
