@@ -482,7 +482,7 @@ def section_incast(a, d):
     cmd = [PY, os.path.join(HERE, "lab", "incast.py"), "--bench-bin", a.bench_bin,
            "--csv", csv_path]
     if a.quick:
-        cmd += ["--ranks", "3", "--sizes", "256K", "--iterations", "5", "--warmup", "2"]
+        cmd += ["--ranks", "4", "--sizes", "256K", "--iterations", "5", "--warmup", "2"]
     run(cmd, os.path.join(d, "log.txt"), timeout=3 * 3600)
     rows = read_csv(csv_path)
     lines = stamp([rel_bin(c) for c in cmd]) + [

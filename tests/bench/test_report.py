@@ -32,7 +32,7 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
     stale.write_text("stale\n")
     p = subprocess.run([sys.executable, REPORT, "--quick"] + tool_args(bench_bin) +
                        ["--page", str(page), "--results", str(results)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900,
                        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert p.returncode == 0, p.stdout + p.stderr
     text = page.read_text()
