@@ -427,7 +427,8 @@ def section_scaling(a, d):
     lines += md_table(["ranks", "size", "ring_chunked", "flat TAR", "2D TAR", "2D / flat",
                        "model flat", "model 2D"], rows)
     lines += ["", "Fitted costs (a per message, b' per byte, k the contention of ranks "
-              "sharing a core; least squares on relative error, non-negative):", ""]
+              "sharing a core; least squares on log(model / measured), non-negative; 2D TAR "
+              "uses flat TAR's):", ""]
     lines += md_table(["algorithm", "a µs", "b' ns/B", "k µs", "points", "rms rel. error"],
                       [[names[r["algo"]], "%.2f" % float(r["alpha_us"]),
                         "%.3f" % float(r["beta_ns_per_byte"]), "%.2f" % float(r["kappa_us"]),
@@ -468,7 +469,7 @@ def section_scaling(a, d):
     lines += ["", (cross[0] if cross else "") + " Every rank count from 2 to 1 024: "
               "[predictions](%s)." % rel_link(a, d, "predictions.csv")]
     plot_scaling(preds, os.path.join(d, "scaling.png"))
-    lines += ["", "![model and measured p50 per rank count](%s)" % rel_link(a, d, "scaling.png"),
+    lines += ["", "![the model's time per rank count](%s)" % rel_link(a, d, "scaling.png"),
               "", "CSV: [measured](%s), [fitted costs](%s), [model vs measured](%s)." % (
                   rel_link(a, d, "measured.csv"), rel_link(a, d, "fit.csv"),
                   rel_link(a, d, "check.csv"))]
