@@ -3,7 +3,8 @@
 each experiment's CSVs and PNGs in its own folder under bench/results/ (bench/report.sh
 builds first, then runs this).
 
-  report.py [--quick] [--tta] [--only demo,sweep,loss,straggler,latency,failure,tta]
+  report.py [--quick] [--tta]
+            [--only demo,sweep,loss,straggler,latency,failure,scaling,incast,tta]
             [--page bench/RESULTS.md] [--results bench/results]
 
 Sections (folder under --results):
@@ -13,6 +14,11 @@ Sections (folder under --results):
   straggler  lab.py experiment with an occasional and a every-iteration straggler (root only)
   latency    latency_bench: small messages, barrier, setup and teardown, Gloo's TCP vs ours
   failure    peer_death_bench: a peer's death to the survivors' exception, Gloo's TCP vs ours
+  scaling    bench/scaling_model.py: ring, flat and 2D TAR measured at 2-16 local ranks, the
+             model's costs fitted to them, its ratios to the measurements and its
+             predictions to 1 024 ranks
+  incast     bench/lab/incast.py: the receiver's drops and p99 of flat (and 2D) TAR with the
+             owner's port open and rate-limited (root only)
   tta        bench/tta/tta.py time to accuracy: char LM and digits, 3 seeds, 4 ranks, and
              the char LM at 2 ranks (only with --tta or --only tta; otherwise kept from
              the last run that made it)
@@ -38,7 +44,8 @@ REPO = os.path.dirname(HERE)
 PY = "/usr/bin/python3"
 sys.path.insert(0, os.path.join(HERE, "lab"))
 import cloudlab  # noqa: E402  (bench/lab/cloudlab.py: the lab's drop patterns)
-SECTIONS = ["demo", "sweep", "loss", "straggler", "latency", "failure", "tta"]
+SECTIONS = ["demo", "sweep", "loss", "straggler", "latency", "failure", "scaling", "incast",
+            "tta"]
 TITLES = {
     "demo": "The main job: one allreduce under loss and a straggler",
     "sweep": "Message sizes: Gloo's TCP vs our UDP and DPDK transports",
@@ -46,6 +53,8 @@ TITLES = {
     "straggler": "Stragglers",
     "latency": "Small messages and setup",
     "failure": "A peer dies: time to the survivors' exception",
+    "scaling": "Scaling: ring, flat and 2D TAR, measured and modelled to 1 024 ranks",
+    "incast": "Incast at the owner",
     "tta": "Time to accuracy (PyTorch DDP)",
 }
 ALGO_NAMES = {
@@ -368,6 +377,140 @@ def section_failure(a, d):
     return lines
 
 
+# The scaling section's measurement: rank counts and sizes (--quick: a check that it runs).
+SCALING_RANKS, SCALING_SIZES, SCALING_REPEAT = "2,4,8,16", "256K,1M,4M,16M", "2"
+
+
+def section_scaling(a, d):
+    measured = os.path.join(d, "measured.csv")
+    cmd = [PY, os.path.join(HERE, "scaling_model.py"), "measure", "--bench-bin", a.bench_bin,
+           "--csv", measured]
+    cmd += (["--ranks", "2,3", "--sizes", "256K", "--iterations", "3"] if a.quick else
+            ["--ranks", SCALING_RANKS, "--sizes", SCALING_SIZES, "--repeat", SCALING_REPEAT])
+    run(cmd, os.path.join(d, "log.txt"), timeout=3 * 3600)
+    files = {k: os.path.join(d, k + ".csv") for k in ("fit", "check", "predictions")}
+    model_cmd = [PY, os.path.join(HERE, "scaling_model.py"), "--measured", measured,
+                 "--fit-csv", files["fit"], "--check-csv", files["check"],
+                 "--csv", files["predictions"]]
+    run(model_cmd, os.path.join(d, "model.txt"))
+    with open(os.path.join(d, "model.txt")) as f:
+        model_out = f.read()
+    fit = read_csv(files["fit"])
+    check = read_csv(files["check"])
+    preds = read_csv(files["predictions"])
+    meas = read_csv(measured)
+    names = {"ring": "Gloo ring_chunked", "flat": "flat TAR", "2d": "2D TAR"}
+    p = preds[0]
+    lines = stamp([rel_bin(c) for c in cmd], [rel_bin(c) for c in model_cmd]) + [
+        "Local ranks over our UDP on loopback (%s CPUs shared by all ranks), p50 of each "
+        "point, the fastest of %s interleaved runs per point (the host's other work only "
+        "slows a run down). The model: "
+        "bench/README.md, \"Scaling model\"; its costs are fitted to these points." % (
+            os.cpu_count(), "1" if a.quick else SCALING_REPEAT), ""]
+    # Flat vs 2D TAR at 8 and 16 ranks (the largest measured rank counts in --quick).
+    counts = sorted({int(r["ranks"]) for r in meas})
+    shown = [n for n in counts if n in (8, 16)] or counts[-1:]
+    by = {(r["algo"], int(r["ranks"]), int(r["bytes"])): r for r in check}
+    rows = []
+    for n in shown:
+        for b in sorted({int(r["bytes"]) for r in meas}):
+            flat, two, ring = by.get(("flat", n, b)), by.get(("2d", n, b)), by.get(("ring", n, b))
+            ms = lambda r, k: "%.2f" % (float(r[k]) / 1e3) if r else "-"
+            rows.append([n, size_label(b), ms(ring, "measured_us"), ms(flat, "measured_us"),
+                         ms(two, "measured_us") if two else "not built",
+                         "%.2f" % (float(two["measured_us"]) / float(flat["measured_us"]))
+                         if two and flat else "-",
+                         ms(flat, "model_us"), ms(two, "model_us") if two else "-"])
+    lines += ["Measured, p50 ms (2D TAR: `optireduce-bench --layout 2d`, groups of the "
+              "largest divisor at most √N; \"not built\" when the binary has no `--layout`):",
+              ""]
+    lines += md_table(["ranks", "size", "ring_chunked", "flat TAR", "2D TAR", "2D / flat",
+                       "model flat", "model 2D"], rows)
+    lines += ["", "Fitted costs (a per message, b' per byte, k the contention of ranks "
+              "sharing a core; least squares on log(model / measured), non-negative; 2D TAR "
+              "uses flat TAR's):", ""]
+    lines += md_table(["algorithm", "a µs", "b' ns/B", "k µs", "points", "rms rel. error"],
+                      [[names[r["algo"]], "%.2f" % float(r["alpha_us"]),
+                        "%.3f" % float(r["beta_ns_per_byte"]), "%.2f" % float(r["kappa_us"]),
+                        r["points"], "%.2f" % float(r["rms_rel_err"]) if r["rms_rel_err"]
+                        else "-"] for r in fit])
+    inside = [r for r in check if 4 <= int(r["ranks"]) <= 16]
+    ok = [r for r in inside if 0.7 <= float(r["ratio"]) <= 1.4]
+    lines += ["", "Model / measured (p50), every measured point; %d of the %d points at 4-16 "
+              "ranks are within 0.7-1.4 (the others are marked):" % (len(ok), len(inside)), ""]
+    sizes_m = sorted({int(r["bytes"]) for r in check})
+    rows = []
+    for algo in ("ring", "flat", "2d"):
+        for n in counts:
+            cells = []
+            for b in sizes_m:
+                r = by.get((algo, n, b))
+                if not r:
+                    cells.append("-")
+                    continue
+                v = float(r["ratio"])
+                cells.append("%.2f" % v + ("" if 0.7 <= v <= 1.4 else " ✗"))
+            if any(c != "-" for c in cells):
+                rows.append([names[algo], n] + cells)
+    lines += md_table(["algorithm", "ranks"] + [size_label(b) for b in sizes_m], rows)
+    want = {64, 256, 1024}
+    rows = [[r["ranks"], names[r["algo"]], r["group"] if r["algo"] == "2d" else "-",
+             r["messages"], r["fanin"], r["rounds"], size_label(int(r["msg_bytes"])),
+             "%.1f" % (float(r["model_us"]) / 1e3)] for r in preds if int(r["ranks"]) in want]
+    cross = [l for l in model_out.splitlines()
+             if l.startswith(("2D TAR beats", "2D TAR is not"))]
+    lines += ["", "Predicted for a cluster: a %s bucket, one core per rank, %s Gbit/s links, "
+              "the fitted costs (per byte: the larger of b' and the link's), 10 µs one-way "
+              "latency per dependent step, no loss. Per rank: messages sent, incast fan-in "
+              "(senders into one receiver at once), rounds, the largest message:" % (
+                  size_label(int(p["bucket"])), p["link_gbps"]), ""]
+    lines += md_table(["ranks", "algorithm", "G", "messages", "fan-in", "rounds",
+                       "largest message", "model ms"], rows)
+    lines += ["", (cross[0] if cross else "") + " Every rank count from 2 to 1 024: "
+              "[predictions](%s)." % rel_link(a, d, "predictions.csv")]
+    plot_scaling(preds, os.path.join(d, "scaling.png"))
+    lines += ["", "![the model's time per rank count](%s)" % rel_link(a, d, "scaling.png"),
+              "", "CSV: [measured](%s), [fitted costs](%s), [model vs measured](%s)." % (
+                  rel_link(a, d, "measured.csv"), rel_link(a, d, "fit.csv"),
+                  rel_link(a, d, "check.csv"))]
+    return lines
+
+
+def section_incast(a, d):
+    if os.geteuid() != 0:
+        return need_root("incast")
+    csv_path = os.path.join(d, "incast.csv")
+    cmd = [PY, os.path.join(HERE, "lab", "incast.py"), "--bench-bin", a.bench_bin,
+           "--csv", csv_path]
+    if a.quick:
+        cmd += ["--ranks", "4", "--sizes", "256K", "--iterations", "5", "--warmup", "2"]
+    run(cmd, os.path.join(d, "log.txt"), timeout=3 * 3600)
+    rows = read_csv(csv_path)
+    lines = stamp([rel_bin(c) for c in cmd]) + [
+        "TAR over our UDP in the cloud lab (one network namespace per rank, %d CPUs), every "
+        "rank's shard sent by every other rank at once. Link: `open`, or a tbf rate limit "
+        "with a small queue on the bridge port towards rank 0 (the constrained owner). "
+        "Drops over the whole run (warm-up included), all in rank 0's namespace unless "
+        "named: the kernel's UDP RcvbufErrors (socket buffer full), the tbf queue's drops, "
+        "eth0's rx drops; resent: packets every rank's engine resent. p50/p99: rank 0's "
+        "per-iteration time." % os.cpu_count(), ""]
+    out = []
+    for r in rows:
+        head = [r["layout"] + (" (G=%s)" % r["group"] if r["layout"] == "2d" else ""),
+                r["ranks"], size_label(int(r["bytes"])), r["link"]]
+        if r["status"] != "ok":
+            out.append(head + [r["status"]] + ["-"] * 6)
+            continue
+        out.append(head + [r["p50_ms"], r["p99_ms"], r["owner_rcvbuf_errors"],
+                           r["all_rcvbuf_errors"], r["owner_queue_drops"],
+                           r["owner_if_rx_drops"], r["resent_pkts"] or "-"])
+    lines += md_table(["layout", "ranks", "size", "link", "p50 ms", "p99 ms",
+                       "RcvbufErrors", "RcvbufErrors, all ranks", "queue drops", "rx drops",
+                       "resent pkts"], out)
+    lines += ["", "CSV: [incast](%s)." % rel_link(a, d, "incast.csv")]
+    return lines
+
+
 # The tta section's runs: (folder, workload, ranks, extra tta.py flags). The 4-rank runs
 # are the comparison; the 2-rank run repeats the environments where a time needs one core
 # per rank (this host has 2) for the configurations compared there.
@@ -559,6 +702,16 @@ def plot_sweep(rows, path):
     _log_plot(series, path, "buffer (bytes)", "p50 allreduce time (ms)", ("log", {"base": 2}))
 
 
+def plot_scaling(preds, path):
+    """The model's time of one allreduce per rank count, one line per algorithm."""
+    names = {"ring": "Gloo ring_chunked", "flat": "flat TAR", "2d": "2D TAR"}
+    series = {}
+    for r in preds:
+        series.setdefault("model, " + names[r["algo"]], []).append(
+            (int(r["ranks"]), float(r["model_us"]) / 1e3))
+    _log_plot(series, path, "ranks", "model time of one allreduce (ms)", ("log", {"base": 2}))
+
+
 def plot_vs_loss(rows, path):
     series = {}
     for r in rows:
@@ -630,7 +783,8 @@ def main(argv=None):
     os.makedirs(a.results, exist_ok=True)
     fns = dict(demo=section_demo, sweep=section_sweep, loss=section_loss,
                straggler=section_straggler, latency=section_latency,
-               failure=section_failure, tta=section_tta)
+               failure=section_failure, scaling=section_scaling, incast=section_incast,
+               tta=section_tta)
     failed = []
     for s in a.sections:
         d = os.path.join(a.results, s)

@@ -32,20 +32,21 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
     stale.write_text("stale\n")
     p = subprocess.run([sys.executable, REPORT, "--quick"] + tool_args(bench_bin) +
                        ["--page", str(page), "--results", str(results)],
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=600,
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=900,
                        env=dict(os.environ, PYTHONDONTWRITEBYTECODE="1"))
     assert p.returncode == 0, p.stdout + p.stderr
     text = page.read_text()
     assert not stale.exists()
     root = os.geteuid() == 0
     for title in ("The main job", "Message sizes", "Packet loss", "Stragglers",
-                  "Small messages and setup", "A peer dies", "Time to accuracy"):
+                  "Small messages and setup", "A peer dies", "Scaling: ring, flat and 2D TAR",
+                  "Incast at the owner", "Time to accuracy"):
         assert "## " + title in text, text
     # Every generated table says how it was made.
     made = re.findall(r"Command: `[^`]+`  \nMachine: \d+ CPUs.*, Linux \S+, load average "
                       r"[\d.]+/[\d.]+/[\d.]+; made "
                       r"\d{4}-\d\d-\d\d \d\d:\d\d UTC\.", text)
-    assert len(made) == (6 if root else 4), text
+    assert len(made) == (7 if root else 4), text
     assert "Gloo ring_chunked, Gloo TCP" in text and "transpose@udp" in text, text
     assert (results / "demo" / "cdf.png").stat().st_size > 0
     assert (results / "sweep" / "sweep.png").stat().st_size > 0
@@ -69,13 +70,26 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
         assert all(r["spurious_pkts"].isdigit() for r in rows), rows
         assert "| resent / dropped | spurious resends |" in text, text
         assert (results / "straggler" / "lab" / "cdf.png").stat().st_size > 0
+        with open(results / "incast" / "incast.csv") as f:
+            rows = list(csv.DictReader(f))
+        assert {(r["layout"], r["link"]) for r in rows} == {
+            ("flat", "open"), ("flat", "2gbit/1mb"), ("2d", "open"), ("2d", "2gbit/1mb")}, rows
+        assert all(r["status"] in ("ok", "not built") for r in rows), rows
+        assert all(r["owner_rcvbuf_errors"].isdigit() for r in rows if r["status"] == "ok")
     else:
         assert "needs root" in text
+    # The scaling section: measured points, fitted costs, ratios, predictions to 1 024.
+    with open(results / "scaling" / "check.csv") as f:
+        assert {r["algo"] for r in csv.DictReader(f)} >= {"ring", "flat"}
+    with open(results / "scaling" / "predictions.csv") as f:
+        assert {int(r["ranks"]) for r in csv.DictReader(f)} >= {64, 256, 1024}
+    assert "| algorithm | a µs | b' ns/B | k µs |" in text, text
     # The images and CSVs the page links to exist.
     for link in re.findall(r"\]\(([^)]+\.(?:png|csv))\)", text):
         assert (tmp_path / link).exists(), link
     assert sorted(os.listdir(results)) == sorted(
-        ["demo", "sweep", "loss", "straggler", "latency", "failure"]), os.listdir(results)
+        ["demo", "sweep", "loss", "straggler", "latency", "failure", "scaling", "incast"]), \
+        os.listdir(results)
 
 
 def test_unknown_section_is_named(bench_bin, tmp_path):
