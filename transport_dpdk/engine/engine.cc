@@ -106,7 +106,7 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
       std::min<uint64_t>(impl_->opts.window_bytes, share),
       2 * static_cast<uint64_t>(impl_->max_payload));
   c->peers.resize(size);
-  c->bounded_senders = std::clamp(impl_->opts.bounded_senders, 1, std::max(1, size - 1));
+  c->bounded_tx = BoundedSender(size, impl_->opts.bounded_senders);
   for (int i = 0; i < size; ++i) {
     Peer& p = c->peers[i];
     p.rank = i;

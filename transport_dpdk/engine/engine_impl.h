@@ -33,7 +33,6 @@ struct Engine::Impl {
   using TxRecord = engine_internal::TxRecord;
   using PostedRecv = engine_internal::PostedRecv;
   using RecvBufferReg = engine_internal::RecvBufferReg;
-  using BoundedJob = engine_internal::BoundedJob;
   static constexpr size_t kBurst = engine_internal::kBurst;
 
 
@@ -46,6 +45,8 @@ struct Engine::Impl {
     max_payload = io->MaxDatagram() - kHeaderBytes;
     bounded_payload = static_cast<uint32_t>(
         std::max<size_t>(64, std::min<size_t>(opts.bounded_payload, max_payload) / 64 * 64));
+    bounded_pacer = BoundedPacer(opts.bounded_rate_gbps * 1e9 / 8, bounded_payload,
+                                 kHeaderBytes);
     liveness_cadence = PeerLiveness::Cadence(opts.peer_dead);
     liveness_every = std::clamp<Clock::duration>(liveness_cadence / 16,
                                                  std::chrono::milliseconds(1),
@@ -119,10 +120,10 @@ struct Engine::Impl {
   size_t tx_n = 0;
   bool tx_blocked = false;
   RxDatagram rx[kBurst];
-  // Bounded service pacing: a token bucket of bytes (no acks clock it).
+  // Bounded service: the device's payload per datagram and its pacing, a token bucket of
+  // bytes shared by the contexts (no acks clock it).
   uint32_t bounded_payload = 0;
-  double bounded_tokens = 0;
-  Clock::time_point bounded_refill{};
+  BoundedPacer bounded_pacer;
   // Peer liveness: what the probe intervals derive from (PeerLiveness::Cadence), how
   // often peers are judged, and when next.
   std::chrono::milliseconds liveness_cadence{};
@@ -149,9 +150,9 @@ struct Engine::Impl {
   void Pump(Ctx& c, Peer& p, Clock::time_point now,
             Clock::time_point* deadline);
   void SendAck(Ctx& c, Peer& p);
+  // Sends context c's queued bounded packets (its BoundedSender, through the engine's
+  // BoundedPort).
   void PumpBoundedSends(Ctx& c, Clock::time_point now, Clock::time_point* deadline);
-  void PumpBounded(Ctx& c, Peer& p, Clock::time_point now,
-                   Clock::time_point* deadline);
   void HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
                      const uint8_t* payload);
   void ReapClosing(Clock::time_point now);

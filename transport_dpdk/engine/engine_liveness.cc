@@ -248,8 +248,8 @@ void Engine::Impl::FailContext(Ctx& c, const std::string& why, int blamed) {
     p.unacked.clear();
     p.unacked_base = p.next_seq;
     p.inflight_bytes = 0;
-    p.bounded_queue.clear();
   }
+  c.bounded_tx.Clear();
   // Tell the peers (like closing TCP connections): what they have pending
   // with this rank cannot complete. A lost ABORT leaves them their probes.
   for (Peer& p : c.peers) {

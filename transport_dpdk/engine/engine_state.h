@@ -1,6 +1,6 @@
 // The engine's state: what it keeps per context (Ctx), per peer (Peer), per message
-// sent (OutMsg, TxRecord) and received (InMsg, PostedRecv, RecvBufferReg, Arrival), per
-// bounded send (BoundedJob), and the limits that bound them. Private to the engine files.
+// sent (OutMsg, TxRecord) and received (InMsg, PostedRecv, RecvBufferReg, Arrival), and
+// the limits that bound them. Private to the engine files.
 #pragma once
 
 #include <chrono>
@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "transport_dpdk/bounded/bounded_sender.h"
 #include "transport_dpdk/engine/engine.h"
 #include "transport_dpdk/engine/payload_pool.h"
 #include "transport_dpdk/reliable/ack_scheduler.h"
@@ -45,13 +46,6 @@ constexpr int kPeerBudget = 64;
 constexpr uint32_t kAckEvery = 16;
 constexpr us kAckDelay{100};
 constexpr uint64_t kNoSeq = ReliableSender::kNone;
-// How long the bounded service waits before sending again what the device refused.
-constexpr std::chrono::microseconds kBoundedTxRetry{20};
-// Repair jobs (distinct operations) queued per peer at most; more requests are dropped
-// (counted) and asked again by the requester's next round.
-constexpr size_t kMaxQueuedRepairs = 64;
-// Ranges one repair job holds at most (as many as one request carries).
-constexpr size_t kMaxRepairRanges = 4096;
 
 struct OutMsg {
   uint64_t id = 0, op = 0, slot = 0;
@@ -139,43 +133,6 @@ struct RecvBufferReg {
   std::deque<std::shared_ptr<InMsg>> order;  // bound messages, in order
 };
 
-// Unreliable bytes of one bounded operation still to send to a peer: the
-// whole source at first, or the ranges a repair request asked for.
-struct BoundedJob {
-  // The whole source of `op` (`total` bytes), the `order`-th send of its context;
-  // packets at or after `last_from` carry kFlagLast.
-  static BoundedJob Send(uint64_t op, uint64_t total, uint64_t last_from, uint64_t order,
-                         uint64_t op_bytes = 0) {
-    BoundedJob j;
-    j.op = op;
-    j.total = total;
-    j.op_bytes = op_bytes;
-    j.ranges.emplace_back(0, total);
-    j.last_from = last_from;
-    j.order = order;
-    return j;
-  }
-  // The ranges of `op` a repair request asked for (served before every send).
-  static BoundedJob Repair(uint64_t op, std::vector<std::pair<uint64_t, uint64_t>> ranges) {
-    BoundedJob j;
-    j.op = op;
-    j.ranges = std::move(ranges);
-    return j;
-  }
-  bool is_repair() const { return order == 0; }
-
-  uint64_t op = 0;
-  uint64_t total = 0;
-  uint64_t op_bytes = 0;  // the sender's whole allreduce, stated in aux (0: repairs)
-  std::vector<std::pair<uint64_t, uint64_t>> ranges;  // [begin, end)
-  size_t range = 0;    // current range
-  uint64_t next = 0;   // next offset within it
-  uint64_t last_from = UINT64_MAX;  // packets at or after this carry kFlagLast
-  // Submission order within the context (0: a repair, served first). Only the oldest
-  // `bounded_senders` sends are active at a time: see PumpBoundedSends.
-  uint64_t order = 0;
-};
-
 struct Peer {
   int rank = -1;
   bool connected = false;
@@ -196,7 +153,6 @@ struct Peer {
   std::unique_ptr<ReliableSender> sender;
   std::deque<WireHeader> ctrl;  // RTS/CTS/CREDIT waiting for a seq
   std::deque<std::shared_ptr<OutMsg>> data_queue;
-  std::deque<BoundedJob> bounded_queue;
   std::unordered_map<uint64_t, std::shared_ptr<OutMsg>> out_msgs;
   uint64_t next_msg_id = 0;
   int64_t eager_credit = 0;
@@ -266,8 +222,9 @@ struct Ctx {
   bool closing = false;
   Clock::time_point closing_since, last_rx;
   BoundedHooks bounded;
-  uint64_t bounded_next_order = 1;
-  int bounded_senders = 1;  // peers sent to at once (incast control)
+  // The bounded sends and repairs queued for each peer, and how many peers are sent to at
+  // once (incast control).
+  BoundedSender bounded_tx;
   // A peer is gone or a wait timed out: every pending operation failed with
   // `failure`, every later one fails with it at once, and no packet of the
   // context is applied or sent any more (like Gloo TCP's signalException).
