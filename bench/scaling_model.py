@@ -417,12 +417,15 @@ def parse_costs(text):
 
 def crossover(a, costs):
     """The smallest rank count (from 4 to --ranks-to, where 2D TAR has groups) at which 2D
-    TAR's predicted time is below flat TAR's for the bucket on the cluster, or None."""
+    TAR's predicted time is below flat TAR's by at least --switch-gain for the bucket on the
+    cluster, or None. A gain below that margin is within what the fit can tell apart; the
+    library's switch-over (AllreduceOptions::kTwoLevelMinRanks) is this rank count rounded
+    up to a power of two (from there on the gain is at least the margin)."""
     for n in range(4, a.ranks_to + 1):
         if group_size(n) < 2:
             continue
         kw = cluster_kw(a)
-        if predict_us("2d", n, a.bucket, costs["2d"], **kw) < \
+        if predict_us("2d", n, a.bucket, costs["2d"], **kw) * (1 + a.switch_gain) <= \
                 predict_us("flat", n, a.bucket, costs["flat"], **kw):
             return n
     return None
@@ -503,11 +506,14 @@ def model(a):
     x = crossover(a, costs)
     out.append("")
     if x:
-        out.append("2D TAR beats flat TAR from %d ranks (a %s bucket, the inputs above)." % (
-            x, size_label(a.bucket)))
+        out.append("2D TAR beats flat TAR by %d%% or more from %d ranks (a %s bucket, the "
+                   "inputs above): the switch-over is %d ranks." % (
+                       round(100 * a.switch_gain), x, size_label(a.bucket),
+                       1 << (x - 1).bit_length()))
     else:
-        out.append("2D TAR is not predicted faster than flat TAR at any rank count up to %d "
-                   "(a %s bucket, the inputs above)." % (a.ranks_to, size_label(a.bucket)))
+        out.append("2D TAR is not predicted %d%% faster than flat TAR at any rank count up to "
+                   "%d (a %s bucket, the inputs above)." % (
+                       round(100 * a.switch_gain), a.ranks_to, size_label(a.bucket)))
     print("\n".join(out))
     return 0
 
@@ -533,6 +539,9 @@ def parse_args(argv):
         p.add_argument("--measured", help="measure's CSV: fit the costs to it")
         p.add_argument("--bucket", type=parse_size, default=25 << 20)
         p.add_argument("--ranks-to", type=int, default=1024)
+        p.add_argument("--switch-gain", type=float, default=0.10,
+                       help="the least predicted gain of 2D TAR over flat TAR that picks "
+                            "the switch-over (default 0.10)")
         p.add_argument("--predict", type=parse_list, default=[64, 256, 1024])
         p.add_argument("--link-gbps", type=float, default=25.0)
         p.add_argument("--latency-us", type=float, default=10.0)
