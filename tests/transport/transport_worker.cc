@@ -2,7 +2,7 @@
 // the gtest binaries (fork + exec). Exit code 0 = success; anything else is
 // a failure described on stderr.
 //
-//   transport_worker --mode=conformance|kill|forged|isolation --rank=R --size=N
+//   transport_worker --mode=conformance|kill|forged|isolation|early_exit --rank=R --size=N
 //                    --store=DIR [--cases=a,b] [--sizes=0,1,1024]
 //                    [--faults=SPEC] [--timeout_ms=T] [--info=DIR]
 //                    [--seed=S] [--role=attacked|bystander]   (isolation)
@@ -140,6 +140,46 @@ int main(int argc, char** argv) {
             return 1;
           }
         }
+      }
+      return 0;
+    }
+
+    if (mode == "early_exit") {
+      // Rank 0 receives from any of ranks 1 and 2, twice, on one slot. Rank 2 sends, closes
+      // its context and device and exits; rank 1 sends only after rank 2 is gone and a
+      // second has passed (long enough for rank 0's liveness probes to reach the closed
+      // port). A peer that closed after delivering everything fails nothing of rank 0's.
+      const uint64_t slot = gloo::Slot::build(0x51, 0);
+      int32_t value = 1000 + rank;
+      if (rank == 0) {
+        int32_t got_value = 0;
+        auto rb = ctx->createUnboundBuffer(&got_value, sizeof(got_value));
+        int seen = 0;
+        for (int k = 0; k < 2; ++k) {
+          int src = -1;
+          rb->recv(std::vector<int>{1, 2}, slot);
+          rb->waitRecv(&src, timeout);
+          if (got_value != 1000 + src) {
+            fprintf(stderr, "rank 0: from rank %d got %d\n", src, got_value);
+            return 1;
+          }
+          seen |= 1 << src;
+        }
+        return seen == 6 ? 0 : 1;
+      }
+      if (rank == 1 && !WaitForFile(args["info"] + "/closed.2", timeout)) {
+        fprintf(stderr, "rank 1: rank 2 never closed\n");
+        return 1;
+      }
+      if (rank == 1) std::this_thread::sleep_for(std::chrono::seconds(1));  // computes
+      auto sb = ctx->createUnboundBuffer(&value, sizeof(value));
+      sb->send(0, slot);
+      sb->waitSend(timeout);
+      if (rank == 2) {
+        sb.reset();
+        ctx.reset();
+        device->reset();  // waits for the context's close handshake, then closes the socket
+        std::ofstream(args["info"] + "/closed.2") << "1";
       }
       return 0;
     }

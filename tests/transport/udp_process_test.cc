@@ -58,6 +58,15 @@ INSTANTIATE_TEST_SUITE_P(
                       "burst_loss=0.01,burst_len=8,ack_drop=0.05,tx_partial=0.3,seed=4",
                       "tail=8"));
 
+// A peer that delivered its message, closed its context and exited leaves a receive from
+// several sources waiting on the others: rank 0's probes to its closed port draw ICMP port
+// unreachable, which must not fail the context (Gloo's TCP pair closed by its peer fails
+// only what was posted on that pair).
+TEST_F(Workers, APeerThatClosedAfterItsSendFailsNoReceiveFromOtherSources) {
+  Start(3, {"--mode=early_exit", "--timeout_ms=20000"});
+  ExpectAllSucceeded(Reap(std::chrono::seconds(60)));
+}
+
 TEST_F(Workers, PeerKilledMidCollectiveRaisesIoException) {
   const int n = 4, victim = 2;
   const long timeout_ms = 3000;

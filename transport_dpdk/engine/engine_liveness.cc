@@ -119,8 +119,16 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
     posted_from.assign(c.size, 0);
     for (const auto& slot : c.posted) {
       for (const PostedRecv& r : slot.second) {
+        // A receive from several sources waits on those whose context is still open; on
+        // all of them only when every one has closed (then nothing can complete it).
+        bool any_open = false;
         for (int src : r.srcs) {
-          if (src >= 0 && src < c.size) posted_from[src] = 1;
+          if (src >= 0 && src < c.size && !c.peers[src].peer_closing) any_open = true;
+        }
+        for (int src : r.srcs) {
+          if (src >= 0 && src < c.size && (!any_open || !c.peers[src].peer_closing)) {
+            posted_from[src] = 1;
+          }
         }
       }
     }

@@ -100,6 +100,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       if (IsCloseProbe(h)) {
         // A closing peer asks whether we wait for anything of its: answered whatever
         // our own state (open or closing).
+        p.peer_closing = true;
         WireHeader pong;
         FillHeader(c, p, &pong);
         pong.type = static_cast<uint8_t>(PacketType::kPong);

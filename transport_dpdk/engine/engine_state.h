@@ -178,6 +178,11 @@ struct Peer {
   // last clearing counts (ids in (close_probe_floor, close_probe_id]); one to an older
   // probe may describe the peer before the packet that cleared it.
   bool close_confirmed = false;
+  // The peer's context is closing: it sent us a close probe (its user destroyed the
+  // context). Nothing new comes from it; a receive from several sources does not wait on
+  // it while another of them is open (CheckLiveness), as Gloo's TCP pair closed by its
+  // peer fails only what was posted on that pair.
+  bool peer_closing = false;
   uint64_t close_probe_id = 0;
   uint64_t close_probe_floor = 0;
   Clock::time_point next_close_probe{};
