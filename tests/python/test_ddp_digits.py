@@ -1,6 +1,6 @@
 """DDP training: with GLOO_ALGO=optireduce over optireduce's UDP device with 1% injected
-packet loss it reaches the same accuracy as stock Gloo's ring over TCP; 4 ranks over UDP
-with transpose and optireduce; DDP's default 25 MB buckets through TAR."""
+packet loss the replicas stay one model and learn as well as stock Gloo's ring over TCP;
+4 ranks over UDP with transpose and optireduce; DDP's default 25 MB buckets through TAR."""
 
 import pytest
 
@@ -19,22 +19,22 @@ def train(run_job, env, args=(), exact=True, world=2):
 def test_optireduce_matches_stock_ring(run_job):
     stock = train(run_job, base_env(OPTIREDUCE_TORCH_LIB=None))  # optireduce not loaded
     assert stock[0]["stats"] is None
-    # OptiReduce mode tolerates loss: where a rank misses part of the reduced gradient it
-    # uses its own contribution scaled by N, so replicas may drift slightly apart.
+    # OptiReduce mode under 1% loss: every rank applies the same bytes (counted data is
+    # repaired, what is left out is zero everywhere and carried into the next step), so
+    # the two replicas are one model.
     ours = train(run_job,
                  base_env(GLOO_ALGO="optireduce", GLOO_DEVICE_TRANSPORT="UDP",
                           OPTIREDUCE_FAULTS="drop=0.01,seed=11"),
-                 ["--import-optireduce"], exact=False)
+                 ["--import-optireduce"])
     base_acc = stock[0]["accuracy"]
-    accs = [res["accuracy"] for res in ours]
-    our_acc = sum(accs) / len(accs)
-    print(f"digits test accuracy: stock ring {base_acc:.2f}%, optireduce {accs} (mean {our_acc:.2f}%)")
+    our_acc = ours[0]["accuracy"]
+    print(f"digits test accuracy: stock ring {base_acc:.2f}%, optireduce {our_acc:.2f}%")
     assert base_acc > 90, stock
-    # Within a point of the stock run, where it matters: not worse by more than one point
-    # (a lossy step may as well land a few test samples higher; 1 sample = 0.28 points).
-    assert our_acc >= base_acc - 1.0, (base_acc, accs)
-    assert our_acc <= base_acc + 2.5, (base_acc, accs)
-    assert all(abs(a - base_acc) <= 2.5 for a in accs), (base_acc, accs)
+    # One run each, not a statistic: the Hadamard transform rounds differently and a
+    # deferred part lands one step later, which moves a few of the 360 test images either
+    # way (1 image = 0.28 points). Within 3 points (11 images) of the stock run says it
+    # learned as well; accuracy across seeds is the results page's time-to-accuracy section.
+    assert abs(our_acc - base_acc) <= 3.0, (base_acc, our_acc)
     for res in ours:
         c = res["stats"]["interposer"]
         steps = res["steps"]
