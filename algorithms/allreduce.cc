@@ -497,7 +497,7 @@ void Run(Job job) {
         InvalidateOutputs(job);
         throw;
       }
-      state.NoteDecision(decision, args.leader);
+      state.NoteDecision(decision, decision.decider);
       if (stats.damaged) state.MarkDeferred(carry_key);
       if (carry.empty()) {
         state.ReturnSpareCarry(std::move(carry));

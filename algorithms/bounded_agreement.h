@@ -4,7 +4,9 @@
 // every rank names the same one without a message), decides once which ranks' phase-1
 // contributions count: every rank whose data reached it by the start grace. It sends that
 // set (a Decision) to every peer on a slot of the operation; every rank waits for it.
-// Then:
+// A leader that has not begun the operation by the start grace of its deputy (DeputyOf)
+// hands the decision over: its transport answers the deputy's request at once
+// (BoundedChannel::AskToCede), and the deputy decides instead. Then:
 //  - every owner sums exactly the counted contributions, repaired until complete, and
 //    sends its reduced shard only if it is counted itself;
 //  - every rank receives the reduced shard of every counted owner, repaired until
@@ -35,11 +37,15 @@ namespace optireduce {
 
 // The leader of the operation with this ledger key among `ranks` ranks.
 int LeaderOf(uint64_t op_key, int ranks);
+// Its deputy: the rank that decides instead when the leader has not begun the operation
+// by the deputy's start grace (BoundedChannel::AskToCede).
+inline int DeputyOf(int leader, int ranks) { return (leader + 1) % ranks; }
 
 // The leader's decision for one operation: which ranks' contributions count.
 struct Decision {
   uint64_t op = 0;               // the bounded operation id (phase 1)
   std::vector<bool> counted;     // one per rank
+  int decider = -1;              // the leader, or its deputy (not on the wire: the sender)
   // Wire form: a header word (magic, version, rank count), the op id, then the set as bits.
   std::vector<uint64_t> Encode() const;
   // Checks magic, version, rank count and op id against what this rank expects.

@@ -188,6 +188,24 @@ class BoundedChannel {
   // sends stay until the context ends).
   virtual void WithdrawSends(gloo::transport::UnboundBuffer& buf) { (void)buf; }
 
+  // The hand-over of a late leader's decision (algorithms/README.md, "Who decides when the
+  // leader is late"). AskToCede, on the operation's deputy: asks `leader` for the decision of
+  // `op` and waits for its answer until `deadline`. The leader's transport answers at
+  // once, whatever its own thread does: kCeded when it had not begun `op` (BeginOperation)
+  // — it then never decides it, this rank does — kRefused when it had. Ceded, on the
+  // leader (after BeginOperation of `op`): true when it ceded `op` to its deputy.
+  enum class CedeAnswer : uint8_t { kCeded, kRefused, kNoAnswer, kUnsupported };
+  virtual CedeAnswer AskToCede(int leader, uint64_t op, BoundedClock::time_point deadline) {
+    (void)leader;
+    (void)op;
+    (void)deadline;
+    return CedeAnswer::kUnsupported;
+  }
+  virtual bool Ceded(uint64_t op) const {
+    (void)op;
+    return false;
+  }
+
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;
 

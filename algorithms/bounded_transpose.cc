@@ -4,6 +4,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -54,23 +55,24 @@ void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion
       gave_up ? MsSince(start) : std::chrono::duration<double, std::milli>(latest - start).count();
 }
 
-// Waits for the leader's decision until the operation's timeout.
+// Waits for the decision until the operation's timeout; *from names who sent it.
 void WaitDecision(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArgs& a,
-                  Clock::time_point until) {
-  int from = a.leader;
+                  Clock::time_point until, int* from) {
+  const std::string who = absl::StrCat("rank ", a.leader, " (this operation's leader) or rank ",
+                                       DeputyOf(a.leader, a.context->size), " (its deputy)");
   bool ok = false;
   const auto left = std::max(std::chrono::milliseconds(1),
                              std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
   try {
-    ok = buf.waitRecv(&from, left);
+    ok = buf.waitRecv(from, left);
   } catch (const gloo::IoException& e) {
     throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag,
-                                         ") failed waiting for the decision of rank ", a.leader,
-                                         " (this operation's leader): ", e.what()));
+                                         ") failed waiting for the decision of ", who, ": ",
+                                         e.what()));
   }
   if (!ok) {
     GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", a.tag,
-                            ") aborted while waiting for the decision of rank ", a.leader);
+                            ") aborted while waiting for the decision of ", who);
   }
 }
 
@@ -283,6 +285,65 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
   }
 }
 
+bool AllStarted(const BoundedReceive& rx, size_t regions) {
+  for (size_t i = 0; i < regions; i++) {
+    if (!rx.FirstArrival(i)) return false;
+  }
+  return true;
+}
+
+// Waits for peers that have not started this operation (repair rounds ask them too; they
+// answer "not started") until every one has, or `until`; with `watch` >= 0, also ends once
+// region `watch`'s peer has started.
+void WaitForStarters(BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
+                     Clock::time_point until, const BoundedTransposeArgs& a, int watch,
+                     PhaseStats* p1) {
+  const auto grace =
+      std::max(a.bound.quiet, std::chrono::duration_cast<microseconds>(until - Clock::now()));
+  const auto round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
+  for (;;) {
+    const auto t = Clock::now();
+    if (AllStarted(rx1, regions1.size()) || t >= until || !rx1.SizeAgreement().ok()) return;
+    if (watch >= 0 && rx1.FirstArrival(static_cast<size_t>(watch))) return;
+    p1->repaired = true;
+    if (rx1.Repair(std::min(until, t + round), grace) == PhaseEnd::kPeerFailed) {
+      ThrowIfGone(rx1, regions1, {}, a, "receiving phase-1 data from");
+    }
+  }
+}
+
+// The deputy's side of "who decides": true when the leader, which had not started by the
+// start grace, handed this operation's decision over (this rank decides); false when the
+// leader decides (it started, refused, or must be waited for however late).
+bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
+                     Clock::time_point start_by, Clock::time_point complete_by,
+                     const BoundedTransposeArgs& a, PhaseStats* p1) {
+  if (!a.must_wait.empty() && a.must_wait[a.leader]) return false;
+  int watch = -1;  // the leader's phase-1 region
+  for (size_t i = 0; i < regions1.size(); i++) {
+    if (regions1[i].peer == a.leader) watch = static_cast<int>(i);
+  }
+  if (watch < 0) return false;  // nothing comes from the leader here: nothing to judge by
+  const auto ask_round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
+  for (;;) {
+    WaitForStarters(rx1, regions1, std::max(start_by, Clock::now() + a.bound.quiet), a, watch,
+                    p1);
+    if (rx1.FirstArrival(static_cast<size_t>(watch)) || !rx1.SizeAgreement().ok()) return false;
+    const auto now = Clock::now();
+    if (now >= complete_by) return false;  // the wait for the decision then times out
+    switch (a.channel->AskToCede(a.leader, a.op, std::min(complete_by, now + ask_round))) {
+      case BoundedChannel::CedeAnswer::kCeded:
+        return true;
+      case BoundedChannel::CedeAnswer::kRefused:
+      case BoundedChannel::CedeAnswer::kUnsupported:
+        return false;
+      case BoundedChannel::CedeAnswer::kNoAnswer:
+        ThrowIfGone(rx1, regions1, {}, a, "receiving phase-1 data from");
+        break;  // lost, or the leader is slow to answer: ask again
+    }
+  }
+}
+
 uint64_t ArrivedBytesOf(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                         const std::vector<bool>& counted) {
   uint64_t total = 0;
@@ -340,12 +401,23 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     regions2.push_back({owner, shards_memory + at, plan.ShardCount(owner) * sizeof(T)});
   }
   auto rx2 = a.channel->PostReceive(op2, regions2);
-  // The leader's decision: posted before any data moves, so it is never staged.
-  const bool leader = rank == a.leader;
+  // Who decides (bounded_agreement.h): the leader, or its deputy when the leader had not
+  // begun the operation when the deputy asked for the decision. A leader's hand-over is
+  // settled once it has begun the operation (BeginOperation, above). The receive of the
+  // decision is posted before any data moves, so it is never staged; the deputy posts it
+  // once it knows the leader decides.
+  const int deputy = DeputyOf(a.leader, n);
+  const bool is_leader = rank == a.leader;
+  const bool is_deputy = rank == deputy && !is_leader;
+  const bool ceded = is_leader && a.channel->Ceded(op1);
   std::vector<uint64_t> decision_words(Decision::WireWords(n), 0);
   auto decision_buf =
       ctx.createUnboundBuffer(decision_words.data(), decision_words.size() * sizeof(uint64_t));
-  if (!leader) decision_buf->recv(a.leader, a.decision_slot);
+  if (ceded) {
+    decision_buf->recv(deputy, a.decision_slot);
+  } else if (!is_leader && !is_deputy) {
+    decision_buf->recv(std::vector<int>{a.leader, deputy}, a.decision_slot);
+  }
   for (int step = 1; step < n; step++) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
@@ -375,37 +447,27 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
 
   Decision decision;
   decision.op = op1;
-  if (leader) {
+  decision.decider = a.leader;
+  bool decides = is_leader && !ceded;
+  if (is_deputy) {
+    decides = DeputyTakesOver(*rx1, regions1, start_by, complete_by, a, &p1);
+    if (!decides) decision_buf->recv(a.leader, a.decision_slot);
+  }
+  if (decides) {
     bool must_wait = false;
     for (size_t i = 0; i < regions1.size(); i++) {
       const int peer = regions1[i].peer;
       if (!rx1->FirstArrival(i) && !a.must_wait.empty() && a.must_wait[peer]) must_wait = true;
     }
-    bool any_missing = false;
-    for (size_t i = 0; i < regions1.size(); i++) any_missing = any_missing || !rx1->FirstArrival(i);
-    if (any_missing) {
+    if (!AllStarted(*rx1, regions1.size())) {
       // Peers that have not started are waited for until the start grace (until the
       // timeout when one of them must be waited for: left out too often, see
       // BoundedContextState::MustWait).
-      const auto now = Clock::now();
-      const Clock::time_point until =
-          must_wait ? complete_by : std::max(start_by, now + a.bound.quiet);
-      const auto grace = std::max(a.bound.quiet,
-                                  std::chrono::duration_cast<microseconds>(until - now));
-      // Repair rounds also ask the peers that have not started, which answer "not
-      // started"; the wait ends once every peer has started or the grace has passed.
-      const auto round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
-      p1.repaired = true;
-      for (;;) {
-        bool all_started = true;
-        for (size_t i = 0; i < regions1.size(); i++) all_started = all_started && rx1->FirstArrival(i);
-        const auto t = Clock::now();
-        if (all_started || t >= until || !rx1->SizeAgreement().ok()) break;
-        if (rx1->Repair(std::min(until, t + round), grace) == PhaseEnd::kPeerFailed) {
-          ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
-        }
-      }
+      WaitForStarters(*rx1, regions1,
+                      must_wait ? complete_by : std::max(start_by, Clock::now() + a.bound.quiet),
+                      a, -1, &p1);
     }
+    decision.decider = rank;
     decision.counted.assign(n, false);
     decision.counted[rank] = true;
     for (size_t i = 0; i < regions1.size(); i++) {
@@ -420,13 +482,15 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
       if (peer != rank) decision_buf->send(peer, a.decision_slot);
     }
   } else {
-    WaitDecision(*decision_buf, a, complete_by);
+    int from = -1;
+    WaitDecision(*decision_buf, a, complete_by, &from);
     absl::StatusOr<Decision> got = Decision::Decode(decision_words, n, op1);
     if (!got.ok()) {
       throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") from rank ",
-                                           a.leader, ": ", got.status().message()));
+                                           from, ": ", got.status().message()));
     }
     decision = *std::move(got);
+    decision.decider = from;
   }
   // Sizes are checked once the decision is out: a leader that raised before sending it
   // would leave its peers waiting for it until their timeout.
@@ -525,9 +589,9 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   if (a.decision_out != nullptr) *a.decision_out = decision;
   // The decision's sends complete when each peer has posted its receive — a straggler
   // only once it starts. On this project's transports the buffer may go before that (the
-  // engine keeps a copy of a small message), so the leader returns at once; Gloo's own
+  // engine keeps a copy of a small message), so the decider returns at once; Gloo's own
   // transports (a channel override in tests) are waited for.
-  if (leader && BoundedChannelOf(ctx) == nullptr) {
+  if (decides && BoundedChannelOf(ctx) == nullptr) {
     for (int peer = 0; peer < n; peer++) {
       if (peer == rank) continue;
       WaitDecisionSent(*decision_buf, a, complete_by);
@@ -589,7 +653,8 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   stats->deferred_pct = total == 0 ? 0.0 : 100.0 * (1.0 - applied / total);
   stats->loss_pct = stats->deferred_pct;
   stats->damaged = !stats->deferred_ranks.empty();
-  stats->leader = a.leader;
+  stats->leader = d.decider;
+  stats->deputy_decided = d.decider != a.leader;
   // The transport's incast control learns from what the network lost before repairs.
   const uint64_t expected = stats->phase[0].bytes_expected + stats->phase[1].bytes_expected;
   const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;

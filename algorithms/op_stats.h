@@ -65,10 +65,13 @@ struct OpStats {
   double start_lag_ms = -1;
   bool start_lag_gave_up = false;
   double start_grace_ms = 0;
-  // The operation's leader and the ranks its decision left out (bounded_agreement.h): their
-  // contributions, and the shards they own, are deferred to the next operation on the same
-  // buffer. The same on every rank.
+  // The rank whose decision the operation followed — its leader, or the leader's deputy
+  // when the leader had not begun it by the deputy's start grace (`deputy_decided`) — and
+  // the ranks that decision left out (bounded_agreement.h): their contributions, and the
+  // shards they own, are deferred to the next operation on the same buffer. The same on
+  // every rank.
   int leader = -1;
+  bool deputy_decided = false;
   std::vector<int> deferred_ranks;
   // On the leader: ranks it waited for however late because they were left out of more
   // than half of the recent operations (slow every time, not now and then; see

@@ -193,16 +193,23 @@ int LeaderOfStep(uint64_t sequence) {
   return LeaderOf(OperationLedger::Key(0, sequence), kRanks);
 }
 
-// A rank that has not started by the start grace is left out by the leader: the others
-// finish without it, every rank holds the same bytes, and what was left out (its whole
-// contribution, and every contribution to its shard) comes back in the next operation on
-// the same buffers: over the operations the outputs add up to the exact sums.
-TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes) {
+// A rank that has not started by the start grace is left out: the others finish without
+// it, every rank holds the same bytes, and what was left out (its whole contribution, and
+// every contribution to its shard) comes back in the next operation on the same buffers:
+// over the operations the outputs add up to the exact sums. A straggler that is not the
+// step's leader is left out by the leader; one that leads it is left out by its deputy,
+// to which its transport hands the decision (it had not begun the operation).
+void StragglerIsDeferredNotLost(bool straggler_leads) {
   InMemoryBoundedHub hub(kRanks, 0.01, 5);
   constexpr uint64_t kCut = 3;  // the step the straggler is late for
-  // A straggler that is not the leader of that step (a late leader is waited for).
-  int straggler = 0;
-  while (straggler == LeaderOfStep(kCut)) straggler++;
+  const int leader = LeaderOfStep(kCut);
+  const int deputy = DeputyOf(leader, kRanks);
+  int straggler = leader;
+  if (!straggler_leads) {
+    straggler = 0;
+    while (straggler == leader) straggler++;
+  }
+  const int decider = straggler_leads ? deputy : leader;
   std::vector<std::vector<float>> out(kRanks);  // per rank, the sum of its outputs
   std::vector<std::vector<float>> last(kRanks);
   std::vector<OpStats> cut_stats(kRanks);
@@ -246,7 +253,8 @@ TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes)
   });
   for (int r = 0; r < kRanks; r++) {
     const OpStats& s = cut_stats[r];
-    EXPECT_EQ(s.leader, LeaderOfStep(kCut));
+    EXPECT_EQ(s.leader, decider) << "rank " << r << s.ToJson();
+    EXPECT_EQ(s.deputy_decided, straggler_leads) << "rank " << r << s.ToJson();
     ASSERT_EQ(s.deferred_ranks, std::vector<int>{straggler}) << "rank " << r << s.ToJson();
     EXPECT_TRUE(s.damaged);
     // 3 of 4 contributions to 3 of 4 shards (equal shards): 1 - 9/16 of the sum deferred.
@@ -262,8 +270,17 @@ TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes)
   }
   EXPECT_LT(Compare(out[0], exact).rel_l2, 1e-5);
   // And the deferred part was real: the cut operation alone is far from its exact sum.
-  EXPECT_GT(hub.counters(LeaderOfStep(kCut)).absent_answers, 0u)
-      << "the leader never heard 'not started' from the straggler";
+  EXPECT_GT(hub.counters(decider).absent_answers, 0u)
+      << "the decider never heard 'not started' from the straggler";
+}
+
+TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes) {
+  StragglerIsDeferredNotLost(/*straggler_leads=*/false);
+}
+
+// The leader of the step is the straggler: its peers do not wait for it either.
+TEST(BoundedTranspose, AStragglingLeaderIsLeftOutByItsDeputy) {
+  StragglerIsDeferredNotLost(/*straggler_leads=*/true);
 }
 
 // The flag `carried_in` is the same on every rank, also when only the straggler holds a
@@ -273,8 +290,8 @@ TEST(BoundedTranspose, CarriedInIsFlaggedOnEveryRankWhenOnlyTheStragglerCarries)
   constexpr size_t kFew = 3;
   constexpr int kStraggler = 3;
   ASSERT_EQ(TransposePlan(kFew, kRanks).ShardCount(kStraggler), 0u);
-  // A step after calibration (TestPolicy: 2 operations) the straggler does not lead (a
-  // late leader is waited for).
+  // A step after calibration (TestPolicy: 2 operations) that the straggler does not lead
+  // (AStragglingLeaderIsLeftOutByItsDeputy covers a straggling leader).
   uint64_t cut = 2;
   while (LeaderOfStep(cut) == kStraggler) cut++;
   InMemoryBoundedHub hub(kRanks, 0.0, 7);

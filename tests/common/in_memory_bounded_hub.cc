@@ -12,6 +12,15 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   Endpoint(InMemoryBoundedHub* hub, int rank, double drop, uint64_t seed, size_t payload)
       : hub_(hub), rank_(rank), drop_(drop), rng_(seed), payload_(payload) {}
 
+  void BeginOperation(uint64_t op, uint64_t) override { handover_.Begin(op); }
+  // The leader's answer comes at once, as its engine answers on its progress thread.
+  CedeAnswer AskToCede(int leader, uint64_t op, BoundedClock::time_point) override {
+    Endpoint& l = *hub_->endpoints_[leader];
+    if (l.exited) return CedeAnswer::kNoAnswer;
+    return l.handover_.OnAsk(op) ? CedeAnswer::kCeded : CedeAnswer::kRefused;
+  }
+  bool Ceded(uint64_t op) const override { return handover_.Ceded(op); }
+
   std::unique_ptr<BoundedReceive> PostReceive(uint64_t op,
                                               std::vector<BoundedRegion> regions) override {
     return receiver_.Post(op, std::move(regions),
@@ -123,6 +132,7 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   std::vector<Held> held_;  // under mu_
   transport::BoundedReceiver receiver_;
   transport::BoundedSources sources_;
+  transport::DecisionHandover handover_;
 };
 
 InMemoryBoundedHub::InMemoryBoundedHub(int size, double drop, uint64_t seed, size_t payload) {

@@ -1,6 +1,7 @@
 // A bounded channel for ranks-as-threads tests: packets are handed straight to the
 // destination's BoundedReceiver, each dropped with a seeded probability, so OptiReduce
-// mode can be tested over Gloo's TCP device without our transport.
+// mode can be tested over Gloo's TCP device without our transport. A deputy's request
+// for a late leader's decision is answered by the leader's DecisionHandover at once.
 #pragma once
 
 #include <functional>
@@ -12,6 +13,7 @@
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_receiver.h"
 #include "transport_dpdk/bounded/bounded_sources.h"
+#include "transport_dpdk/bounded/decision_handover.h"
 
 namespace optireduce {
 namespace testing {

@@ -197,6 +197,31 @@ TEST(WireFormat, LivenessPacketsParseWithoutPayloadOnly) {
   EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadType);
 }
 
+TEST(WireFormat, CedeIsUnreliableWithoutPayloadAndItsMessageIsChecked) {
+  WireHeader h = Sample();
+  h.type = static_cast<uint8_t>(PacketType::kCede);
+  h.flags = kFlagUnreliable;
+  h.offset = h.total_length = 0;
+  h.payload_length = 0;
+  SetCedeMessage(CedeMessage::kCeded, &h);
+  WireHeader out;
+  auto d = Build(h, {});
+  ASSERT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kOk);
+  EXPECT_EQ(CedeMessageOf(out), CedeMessage::kCeded);
+  // A payload, or a sequenced CEDE, is refused; an aux that names no message reads as none.
+  h.payload_length = 16;
+  d = Build(h, std::vector<uint8_t>(16, 1));
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadBounds);
+  h.payload_length = 0;
+  h.flags = 0;
+  d = Build(h, {});
+  EXPECT_EQ(ParseDatagram(d.data(), d.size(), &out), ParseError::kBadBounds);
+  for (uint64_t aux : {uint64_t{0}, uint64_t{4}, ~uint64_t{0}}) {
+    h.aux = aux;
+    EXPECT_FALSE(CedeMessageOf(h).has_value()) << aux;
+  }
+}
+
 TEST(WireFormat, RoundTrip) {
   std::vector<uint8_t> payload(1000);
   for (size_t i = 0; i < payload.size(); ++i) payload[i] = static_cast<uint8_t>(i * 7);

@@ -26,6 +26,10 @@ BoundedEndpoint::BoundedEndpoint(std::shared_ptr<Engine> engine, uint32_t ctx)
   hooks.on_absent = [this](int src, uint64_t op, bool not_started) {
     receiver_.OnAbsent(op, src, not_started);
   };
+  hooks.on_cede_ask = [this](int /*src*/, uint64_t op) { return handover_.OnAsk(op); };
+  hooks.on_cede_answer = [this](int src, uint64_t op, bool ceded) {
+    handover_.OnAnswer(src, op, ceded);
+  };
   hooks.awaits = [this](int peer) { return receiver_.Awaits(peer); };
   hooks.on_failed = [this, size = engine_->ContextSize(ctx)](int /*blamed*/, const std::string& why) {
     // The context failed (a gone peer, `blamed`, or a wait that timed out): it sends and
@@ -51,6 +55,7 @@ BoundedEndpoint::~BoundedEndpoint() {
 }
 
 void BoundedEndpoint::BeginOperation(uint64_t op, uint64_t bytes) {
+  handover_.Begin(op);
   std::lock_guard<std::mutex> lock(sizes_mu_);
   const uint64_t key = op & ~uint64_t{1};
   for (auto& entry : sizes_) {
@@ -123,6 +128,15 @@ void BoundedEndpoint::OnOperationDone(double loss_fraction, bool late) {
   std::lock_guard<std::mutex> lock(incast_mu_);
   const int senders = incast_.OnOperation(loss_fraction, late);
   if (senders != engine_->BoundedSenders(ctx_)) engine_->SetBoundedSenders(ctx_, senders);
+}
+
+BoundedChannel::CedeAnswer BoundedEndpoint::AskToCede(int leader, uint64_t op,
+                                                      BoundedClock::time_point deadline) {
+  // A request that cannot go (a failed context, a peer not connected) is like a lost one.
+  if (!engine_->AskToCede(ctx_, leader, op).ok()) return CedeAnswer::kNoAnswer;
+  const std::optional<bool> ceded = handover_.WaitAnswer(leader, op, deadline);
+  if (!ceded) return CedeAnswer::kNoAnswer;
+  return *ceded ? CedeAnswer::kCeded : CedeAnswer::kRefused;
 }
 
 void BoundedEndpoint::OnPeerFailed(int peer, const absl::Status& status) {

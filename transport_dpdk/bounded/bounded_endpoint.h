@@ -4,6 +4,7 @@
 //   send side:    Send -> BoundedSources (valid memory) + Engine::SendBounded (paced)
 //   repairs:      BoundedReceive::Repair -> Engine::RequestRepair -> the peer's engine
 //                 re-sends the ranges from its BoundedSources
+//   hand-over:    AskToCede -> Engine::AskToCede -> the leader's DecisionHandover answers
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "algorithms/bounded_channel.h"
 #include "transport_dpdk/bounded/bounded_receiver.h"
 #include "transport_dpdk/bounded/bounded_sources.h"
+#include "transport_dpdk/bounded/decision_handover.h"
 #include "transport_dpdk/bounded/incast_control.h"
 #include "transport_dpdk/engine/engine.h"
 
@@ -40,6 +42,8 @@ class BoundedEndpoint : public BoundedChannel {
                                std::chrono::milliseconds slice) override;
   bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
   void OnOperationDone(double loss_fraction, bool late) override;
+  CedeAnswer AskToCede(int leader, uint64_t op, BoundedClock::time_point deadline) override;
+  bool Ceded(uint64_t op) const override { return handover_.Ceded(op); }
 
   // The transport's liveness reports `peer` gone: bounded waits for it end and the
   // allreduce raises gloo::IoException naming it (BoundedReceive::PeerStatus).
@@ -58,6 +62,7 @@ class BoundedEndpoint : public BoundedChannel {
   const uint32_t ctx_;
   BoundedReceiver receiver_;
   BoundedSources sources_;
+  DecisionHandover handover_;
   std::mutex incast_mu_;  // orders OnOperationDone's update of the engine's limit
   IncastControl incast_;
   // The allreduce size of recent operations (BeginOperation), by phase-1 id, oldest first;

@@ -54,6 +54,11 @@ struct BoundedHooks {
   // `src` answered a repair request for `op`: it cannot serve it (its sources
   // are released, or with `not_started` it has not started the operation).
   std::function<void(int src, uint64_t op, bool not_started)> on_absent;
+  // `src`, the deputy of `op`, asks for its decision (kCede): true hands it over (this
+  // rank had not begun `op` and never decides it), false keeps it. Unset: kept.
+  std::function<bool(int src, uint64_t op)> on_cede_ask;
+  // The leader `src` answered such a request: `ceded` or not.
+  std::function<void(int src, uint64_t op, bool ceded)> on_cede_answer;
   // True while a posted bounded receive waits for data from `peer`: the engine's
   // liveness judges a peer while anything needs it, bounded receives included.
   std::function<bool(int peer)> awaits;
@@ -139,6 +144,9 @@ class Engine {
   // that found its peers' sizes differ tells the ranks that may have seen no wrong
   // packet themselves (each then compares the stated size with its own).
   absl::Status SendBoundedNotice(uint32_t ctx, uint64_t op, uint64_t op_bytes);
+  // Asks `dst`, the leader of bounded operation `op`, to hand its decision over to this
+  // rank (kCede); the answer comes through BoundedHooks::on_cede_answer.
+  absl::Status AskToCede(uint32_t ctx, int dst, uint64_t op);
   absl::Status RequestRepair(uint32_t ctx, int dst, uint64_t op,
                              const std::vector<std::pair<uint64_t, uint64_t>>& missing);
   uint32_t BoundedPayload() const;

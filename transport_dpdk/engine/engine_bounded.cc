@@ -140,6 +140,32 @@ void Engine::Impl::HandleBounded(Ctx& c, Peer& p, const WireHeader& h,
       }
       return;
     }
+    case PacketType::kCede: {
+      const std::optional<CedeMessage> m = CedeMessageOf(h);
+      if (!m) {
+        Bump(stats.unsupported);
+        return;
+      }
+      if (*m != CedeMessage::kAsk) {
+        Bump(stats.cede_answers_received);
+        if (c.bounded.on_cede_answer) {
+          c.bounded.on_cede_answer(p.rank, h.message_id, *m == CedeMessage::kCeded);
+        }
+        return;
+      }
+      Bump(stats.cede_asks_received);
+      const bool ceded = c.bounded.on_cede_ask && c.bounded.on_cede_ask(p.rank, h.message_id);
+      WireHeader r;
+      FillHeader(c, p, &r);
+      r.type = static_cast<uint8_t>(PacketType::kCede);
+      r.flags = kFlagUnreliable;
+      r.message_id = h.message_id;
+      SetCedeMessage(ceded ? CedeMessage::kCeded : CedeMessage::kRefused, &r);
+      Emit(p, r, nullptr, 0);
+      Flush();
+      if (ceded) Bump(stats.cede_granted);
+      return;
+    }
     default:
       Bump(stats.unsupported);
       return;
@@ -188,6 +214,29 @@ absl::Status Engine::SendBoundedNotice(uint32_t ctx, uint64_t op, uint64_t op_by
     impl_->Flush();
     Bump(impl_->stats.bounded_tx_packets);
   }
+  impl_->waits.Wake();
+  return absl::OkStatus();
+}
+
+absl::Status Engine::AskToCede(uint32_t ctx, int dst, uint64_t op) {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  Ctx* c = impl_->FindCtx(ctx);
+  if (!c) return absl::NotFoundError(absl::StrCat("no context ", ctx));
+  if (c->failed) return absl::UnavailableError(c->failure);
+  if (dst < 0 || dst >= c->size || dst == c->rank || !c->peers[dst].connected) {
+    return absl::InvalidArgumentError(absl::StrCat("cede request to rank ", dst,
+                                                   " which is not a connected peer"));
+  }
+  Peer& p = c->peers[dst];
+  WireHeader h;
+  impl_->FillHeader(*c, p, &h);
+  h.type = static_cast<uint8_t>(PacketType::kCede);
+  h.flags = kFlagUnreliable;
+  h.message_id = op;
+  SetCedeMessage(CedeMessage::kAsk, &h);
+  impl_->Emit(p, h, nullptr, 0);
+  impl_->Flush();
+  Bump(impl_->stats.cede_asks_sent);
   impl_->waits.Wake();
   return absl::OkStatus();
 }

@@ -204,6 +204,7 @@ bool Engine::Impl::Apply(Ctx& c, Peer& p, const WireHeader& h,
       return ApplyWithdraw(c, p, h);
     case PacketType::kAck:
     case PacketType::kRepair:  // bounded only, handled before sequencing
+    case PacketType::kCede:
     case PacketType::kPing:    // liveness, handled before sequencing
     case PacketType::kPong:
     case PacketType::kAbort:

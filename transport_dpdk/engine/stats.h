@@ -47,6 +47,8 @@ namespace transport {
   X(bounded_tx_packets) X(bounded_rx_packets)                                            \
   X(repair_requests_sent) X(repair_requests_received)                                    \
   X(repair_absent_sent) X(repair_absent_received) /* "cannot serve" answers */           \
+  /* A deputy's requests for a late leader's decision, and the leaders' answers. */       \
+  X(cede_asks_sent) X(cede_asks_received) X(cede_granted) X(cede_answers_received)       \
   /* Peer liveness: probes and answers, unreachable reports that proved a peer gone */   \
   /* (a memif link down, ICMP quoting a datagram sent to it and in flight) and those */    \
   /* that proved nothing (forged, or quoting too little: the peer is probed instead), */   \

@@ -157,6 +157,9 @@ ParseError ParseDatagram(const uint8_t* data, size_t len, WireHeader* h,
         return ParseError::kBadBounds;
       }
       break;
+    case PacketType::kCede:
+      if (!(h->flags & kFlagUnreliable) || h->payload_length != 0) return ParseError::kBadBounds;
+      break;
     default:
       if (h->payload_length != 0) return ParseError::kBadBounds;
       break;

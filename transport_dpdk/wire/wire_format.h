@@ -30,7 +30,7 @@
 //   80   8  aux             RTS/DATA of a Buffer message: destination offset;
 //                           CREDIT: eager bytes returned; ACK: 1 + a seq that
 //                           arrived twice since the last ack (0: none);
-//                           ABORT: 1 + blamed rank
+//                           ABORT: 1 + blamed rank; CEDE: a CedeMessage
 // PING/PONG (liveness) are unsequenced and carry no payload; message_id
 // is the ping's number, echoed by the pong. aux 1 on a PING: a close probe
 // (the sender's context is destroyed and lingers); its PONG says aux 2 when
@@ -91,8 +91,14 @@ enum class PacketType : uint8_t {
   // matched it to a receive drops it and returns its credit as if taken; one
   // that has lets it complete as usual.
   kWithdraw = 11,
+  // Bounded service (always with kFlagUnreliable, no payload): the hand-over of
+  // bounded operation message_id's decision from its leader to its deputy
+  // (algorithms/bounded_agreement.h). aux is a CedeMessage: the deputy asks
+  // (kAsk), the leader's transport answers kCeded when it had not begun the
+  // operation (it then never decides it) or kRefused when it had.
+  kCede = 12,
 };
-inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kWithdraw);
+inline constexpr uint8_t kLastPacketType = static_cast<uint8_t>(PacketType::kCede);
 
 enum PacketFlags : uint16_t {
   kFlagEager = 1u << 0,       // DATA sent without a grant (eager protocol)
@@ -123,6 +129,13 @@ enum PacketFlags : uint16_t {
 enum class AbsentReason : uint64_t {
   kReleased = 0,    // its sources of message_id are released
   kNotStarted = 1,  // it has not started that operation yet
+};
+
+// A kCede's aux.
+enum class CedeMessage : uint64_t {
+  kAsk = 1,      // deputy -> leader: hand me the decision of message_id if you have not begun it
+  kCeded = 2,    // leader -> deputy: not begun; the deputy decides
+  kRefused = 3,  // leader -> deputy: begun; the leader decides
 };
 
 struct WireHeader {
@@ -175,6 +188,17 @@ inline AbsentReason AbsentReasonOf(const WireHeader& h) {
 inline void SetAbsentReason(AbsentReason reason, WireHeader* h) {
   h->aux = static_cast<uint64_t>(reason);
 }
+
+// The CedeMessage of a kCede; nullopt for an aux that is none (the packet is dropped and
+// counted).
+inline std::optional<CedeMessage> CedeMessageOf(const WireHeader& h) {
+  if (h.aux < static_cast<uint64_t>(CedeMessage::kAsk) ||
+      h.aux > static_cast<uint64_t>(CedeMessage::kRefused)) {
+    return std::nullopt;
+  }
+  return static_cast<CedeMessage>(h.aux);
+}
+inline void SetCedeMessage(CedeMessage m, WireHeader* h) { h->aux = static_cast<uint64_t>(m); }
 
 // A PING's aux: 0 for a liveness probe; kCloseProbe for a close probe (the sender's context
 // is destroyed and lingers). The PONG answering a close probe carries a CloseReply.
