@@ -325,12 +325,19 @@ bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regi
   }
   if (watch < 0) return false;  // nothing comes from the leader here: nothing to judge by
   const auto ask_round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
+  bool asked = false;
   for (;;) {
-    WaitForStarters(rx1, regions1, std::max(start_by, Clock::now() + a.bound.quiet), a, watch,
-                    p1);
-    if (rx1.FirstArrival(static_cast<size_t>(watch)) || !rx1.SizeAgreement().ok()) return false;
+    // Once asked, only the answer says who decides: the leader may have ceded and begun
+    // since (its data then arrives here, yet it waits for this rank's decision). A
+    // request asked again gets the same answer.
+    if (!asked) {
+      WaitForStarters(rx1, regions1, std::max(start_by, Clock::now() + a.bound.quiet), a, watch,
+                      p1);
+      if (rx1.FirstArrival(static_cast<size_t>(watch)) || !rx1.SizeAgreement().ok()) return false;
+    }
     const auto now = Clock::now();
     if (now >= complete_by) return false;  // the wait for the decision then times out
+    asked = true;
     switch (a.channel->AskToCede(a.leader, a.op, std::min(complete_by, now + ask_round))) {
       case BoundedChannel::CedeAnswer::kCeded:
         return true;

@@ -3,6 +3,7 @@
 // the loss limit. Ranks are threads; calibration runs over Gloo TCP, bounded phases over
 // an in-memory channel with seeded packet drops.
 #include <atomic>
+#include <condition_variable>
 #include <cstring>
 #include <chrono>
 #include <cmath>
@@ -281,6 +282,70 @@ TEST(BoundedTranspose, AStragglerIsDeferredNotLostAndEveryRankHoldsTheSameBytes)
 // The leader of the step is the straggler: its peers do not wait for it either.
 TEST(BoundedTranspose, AStragglingLeaderIsLeftOutByItsDeputy) {
   StragglerIsDeferredNotLost(/*straggler_leads=*/true);
+}
+
+// The deputy's request is answered "ceded" but the answer is lost, and the leader begins
+// the operation before the deputy asks again: its data reaches the deputy, yet the leader
+// waits for the deputy's decision. The deputy asks again (the same answer) and decides
+// rather than taking the leader's data for a refusal — else each waits for the other's
+// decision until the timeout.
+TEST(BoundedTranspose, ALostCedeAnswerLeavesTheDeputyDeciding) {
+  InMemoryBoundedHub hub(kRanks, 0.0, 9);
+  constexpr uint64_t kCut = 3;
+  const int leader = LeaderOfStep(kCut);
+  const int deputy = DeputyOf(leader, kRanks);
+  std::mutex go_mu;
+  std::condition_variable go_cv;
+  bool go = false;
+  std::atomic<bool> leader_sent{false};
+  hub.LoseFirstCedeAnswer([&](int l, int d, uint64_t op) {
+    {
+      std::lock_guard<std::mutex> lock(go_mu);
+      go = true;
+    }
+    go_cv.notify_all();
+    leader_sent = hub.WaitSent(l, d, op, std::chrono::seconds(60));
+  });
+  std::vector<OpStats> cut_stats(kRanks);
+  std::vector<std::vector<float>> cut_out(kRanks);
+  RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    auto policy = TestPolicy();
+    const int rank = ctx->rank;
+    std::vector<float> buffer;
+    auto run = [&](uint64_t step) {
+      buffer = Gradient(rank, step);
+      AllreduceOptions opts(ctx);
+      opts.setOutput(buffer.data(), buffer.size());
+      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+      opts.setMode(AllreduceOptions::Mode::kBounded);
+      opts.setBoundedChannel(hub.channel(rank));
+      opts.setTimeoutPolicy(policy);
+      OpStats stats;
+      opts.setStatsOutput(&stats);
+      allreduce(opts);
+      return stats;
+    };
+    for (uint64_t step = 0; step < kCut; step++) run(step);
+    Barrier(ctx);
+    if (rank == leader) {
+      // Begins only once the deputy's first answer is lost (a hang guard caps the wait).
+      std::unique_lock<std::mutex> lock(go_mu);
+      go_cv.wait_for(lock, std::chrono::seconds(60), [&] { return go; });
+    }
+    cut_stats[rank] = run(kCut);
+    cut_out[rank] = buffer;
+    Barrier(ctx);
+  });
+  EXPECT_TRUE(leader_sent) << "the leader did not begin while the answer was lost";
+  for (int r = 0; r < kRanks; r++) {
+    const OpStats& s = cut_stats[r];
+    EXPECT_TRUE(s.deputy_decided) << "rank " << r << s.ToJson();
+    EXPECT_EQ(s.leader, deputy) << "rank " << r << s.ToJson();
+    // The leader's data reached the deputy before it decided: it counts.
+    EXPECT_TRUE(s.deferred_ranks.empty()) << "rank " << r << s.ToJson();
+    ASSERT_EQ(0, std::memcmp(cut_out[r].data(), cut_out[0].data(), kCount * 4)) << "rank " << r;
+  }
+  EXPECT_LT(Compare(cut_out[0], ExactSum(kCut)).rel_l2, 1e-5);
 }
 
 // The flag `carried_in` is the same on every rank, also when only the straggler holds a

@@ -17,7 +17,12 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   CedeAnswer AskToCede(int leader, uint64_t op, BoundedClock::time_point) override {
     Endpoint& l = *hub_->endpoints_[leader];
     if (l.exited) return CedeAnswer::kNoAnswer;
-    return l.handover_.OnAsk(op) ? CedeAnswer::kCeded : CedeAnswer::kRefused;
+    const bool ceded = l.handover_.OnAsk(op);
+    if (hub_->lost_cede_answer_ && !hub_->cede_answer_lost_.exchange(true)) {
+      hub_->lost_cede_answer_(leader, rank_, op);
+      return CedeAnswer::kNoAnswer;
+    }
+    return ceded ? CedeAnswer::kCeded : CedeAnswer::kRefused;
   }
   bool Ceded(uint64_t op) const override { return handover_.Ceded(op); }
 
@@ -31,6 +36,18 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
 
   void Send(int peer, uint64_t op, const void* src, size_t nbytes, bool estimated) override {
     sources_.Register(op, peer, src, nbytes, estimated);
+    struct Noted {  // after the packets went
+      InMemoryBoundedHub* hub;
+      int src, dst;
+      uint64_t op;
+      ~Noted() {
+        {
+          std::lock_guard<std::mutex> lock(hub->sent_mu_);
+          hub->sent_.emplace(src, dst, op);
+        }
+        hub->sent_cv_.notify_all();
+      }
+    } noted{hub_, rank_, peer, op};
     const size_t packets = (nbytes + payload_ - 1) / payload_;
     const size_t last_from = packets - std::max<size_t>(1, packets / 100);
     for (size_t i = 0; i < packets; i++) {
@@ -150,6 +167,13 @@ void InMemoryBoundedHub::HoldLastPhase2Packets(int rank) {
 }
 
 void InMemoryBoundedHub::Exit(int rank) { endpoints_[rank]->Exit(); }
+
+bool InMemoryBoundedHub::WaitSent(int src, int dst, uint64_t op,
+                                  std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> lock(sent_mu_);
+  return sent_cv_.wait_for(lock, timeout,
+                           [&] { return sent_.count(std::make_tuple(src, dst, op)) > 0; });
+}
 
 transport::BoundedReceiverCounters InMemoryBoundedHub::counters(int rank) const {
   return endpoints_[rank]->receiver().counters();

@@ -4,7 +4,12 @@
 // for a late leader's decision is answered by the leader's DecisionHandover at once.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <set>
+#include <tuple>
 #include <memory>
 #include <mutex>
 #include <random>
@@ -35,6 +40,15 @@ class InMemoryBoundedHub {
   // `rank`'s process is gone: what it still holds is lost, and repair requests to it go
   // unanswered (its peers wait until their deadline).
   void Exit(int rank);
+  // The first answer to a deputy's request for a leader's decision is lost: `lost(leader,
+  // deputy, op)` runs on the deputy's thread after the leader's side answered and before
+  // the deputy learns nothing came back (a test makes the leader begin meanwhile).
+  // Set before the ranks start.
+  using LostCedeAnswer = std::function<void(int leader, int deputy, uint64_t op)>;
+  void LoseFirstCedeAnswer(LostCedeAnswer lost) { lost_cede_answer_ = std::move(lost); }
+  // Waits until `src` has sent `dst` its data of operation `op`, at most `timeout`; true if
+  // it has.
+  bool WaitSent(int src, int dst, uint64_t op, std::chrono::milliseconds timeout);
   transport::BoundedReceiverCounters counters(int rank) const;
   uint64_t sent_packets() const;
   uint64_t dropped_packets() const;
@@ -43,6 +57,11 @@ class InMemoryBoundedHub {
   class Endpoint;
   std::vector<std::unique_ptr<Endpoint>> endpoints_;
   DropIf drop_if_;
+  LostCedeAnswer lost_cede_answer_;
+  std::atomic<bool> cede_answer_lost_{false};
+  std::mutex sent_mu_;
+  std::condition_variable sent_cv_;
+  std::set<std::tuple<int, int, uint64_t>> sent_;  // (src, dst, op) of every Send
 };
 
 }  // namespace testing
