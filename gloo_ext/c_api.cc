@@ -157,6 +157,8 @@ OPTIREDUCE_EXPORT char* optireduce_config_json(void) {
                      ? "default"
                      : config->hadamard == optireduce::gloo_ext::HadamardSetting::kOn ? "on"
                                                                                     : "off"),
+      ", \"layout\": ", JsonString(optireduce::gloo_ext::LayoutName(config->layout.layout)),
+      ", \"group_size\": ", config->layout.group_size,
       ", \"timeout_ms\": ", config->timeout.count(), ", \"max_loss\": ", config->max_loss,
       ", \"repair_budget\": ", config->repair_budget,
       ", \"start_grace\": ", JsonString(config->learn_start_grace ? "learned" : "budget"),

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "rendezvous/redis_url.h"
 #include "transport_dpdk/io/fault_injector.h"
 
@@ -33,6 +34,10 @@ const std::vector<VariableDoc>& Table() {
       {"OPTIREDUCE_HADAMARD", "", "0/off/false/no | 1/on/true/yes",
        "randomized Hadamard transform of float sums (default: off for transpose, on for "
        "optireduce)"},
+      {"OPTIREDUCE_LAYOUT", "", "auto | flat | two-level | two-level:G (G >= 2)",
+       "Transpose AllReduce's layout: auto (default: two-level from 64 ranks on), flat, or "
+       "two-level with groups of G ranks (default G: the largest divisor of the rank count "
+       "that is at most its square root); OptiReduce mode runs flat TAR"},
       {"OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", "integer >= 0 (milliseconds)",
        "bounded-mode time limit per operation; 0 = adaptive (default)"},
       {"OPTIREDUCE_MAX_LOSS", "", "number in [0, 1]",
@@ -43,9 +48,10 @@ const std::vector<VariableDoc>& Table() {
        "repair, the paper's behaviour: shortest tail, most damage)"},
       {"OPTIREDUCE_START_GRACE", "", "budget | learned",
        "bounded mode: how long a rank that has not started an operation is waited for: "
-       "phase 1's half of the bound + the repair budget (budget, default) or the 90th percentile x 1.25 of how late ranks "
-       "started recent operations (learned: shorter tail under a real straggler, more "
-       "damaged steps on a loaded host; measured in bench/RESULTS.md)"},
+       "the 90th percentile x 1.25 of how late ranks started recent operations (learned, "
+       "default: a straggler is left out and its contribution carried into the next "
+       "operation on the buffer) or phase 1's half of the bound + the repair budget "
+       "(budget)"},
       {"OPTIREDUCE_STATS_FILE", "", "file path (%p = process id)",
        "write the interposer's counters as JSON there at process exit"},
       {"OPTIREDUCE_UDP_HOST", "", "IPv4 address or host name",
@@ -232,6 +238,29 @@ absl::StatusOr<Algo> ParseAlgo(absl::string_view value) {
   return Invalid("GLOO_ALGO", value, "ring, transpose, optireduce (case-insensitive)");
 }
 
+// "auto", "flat", "two-level" or "two-level:G" (G >= 2), any case.
+absl::StatusOr<LayoutChoice> ParseLayout(absl::string_view value) {
+  const std::string v = absl::AsciiStrToLower(absl::StripAsciiWhitespace(value));
+  LayoutChoice choice;
+  if (v == "auto") return choice;
+  if (v == "flat") {
+    choice.layout = LayoutSetting::kFlat;
+    return choice;
+  }
+  constexpr absl::string_view kTwoLevel = "two-level";
+  if (!absl::StartsWith(v, kTwoLevel)) return absl::InvalidArgumentError("unknown layout");
+  choice.layout = LayoutSetting::kTwoLevel;
+  absl::string_view rest = absl::string_view(v).substr(kTwoLevel.size());
+  if (rest.empty()) return choice;
+  int g = 0;
+  if (!absl::ConsumePrefix(&rest, ":") || !absl::SimpleAtoi(rest, &g) || g < 2 ||
+      rest.find_first_not_of("0123456789") != absl::string_view::npos) {
+    return absl::InvalidArgumentError("bad group size");
+  }
+  choice.group_size = g;
+  return choice;
+}
+
 bool HasWhitespace(absl::string_view s) {
   for (char c : s) {
     if (absl::ascii_isspace(static_cast<unsigned char>(c))) return true;
@@ -259,6 +288,15 @@ const char* AlgoName(Algo algo) {
   return "?";
 }
 
+const char* LayoutName(LayoutSetting layout) {
+  switch (layout) {
+    case LayoutSetting::kAuto: return "auto";
+    case LayoutSetting::kFlat: return "flat";
+    case LayoutSetting::kTwoLevel: return "two-level";
+  }
+  return "?";
+}
+
 absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
   Config c;
   Reader r(lookup, &c);
@@ -277,6 +315,17 @@ absl::StatusOr<Config> ParseConfig(const EnvLookup& lookup) {
     std::optional<bool> on = ParseBool((*got)->second);
     if (!on) return Invalid("OPTIREDUCE_HADAMARD", (*got)->second, "0, 1, on, off, true, false");
     c.hadamard = *on ? HadamardSetting::kOn : HadamardSetting::kOff;
+  }
+
+  if (auto got = r.Get("OPTIREDUCE_LAYOUT"); !got.ok()) {
+    return got.status();
+  } else if (*got) {
+    absl::StatusOr<LayoutChoice> layout = ParseLayout((*got)->second);
+    if (!layout.ok()) {
+      return Invalid("OPTIREDUCE_LAYOUT", (*got)->second,
+                     "auto, flat, two-level or two-level:G with G >= 2");
+    }
+    c.layout = *layout;
   }
 
   uint64_t v = 0;

@@ -52,9 +52,22 @@ enum class HadamardSetting : uint8_t {
   kOn,       // 1/on/true/yes: transform float32/float64 sums, other data as is
 };
 
+// OPTIREDUCE_LAYOUT: the layout of Transpose AllReduce (AllreduceOptions::Layout).
+enum class LayoutSetting : uint8_t {
+  kAuto,      // "auto" (default): two-level from AllreduceOptions::kTwoLevelMinRanks on
+  kFlat,      // "flat"
+  kTwoLevel,  // "two-level" or "two-level:G"
+};
+struct LayoutChoice {
+  LayoutSetting layout = LayoutSetting::kAuto;
+  int group_size = 0;  // "two-level:G": G; 0: the algorithm's choice
+};
+const char* LayoutName(LayoutSetting layout);
+
 struct Config {
   Algo algo = Algo::kRing;
   HadamardSetting hadamard = HadamardSetting::kDefault;
+  LayoutChoice layout;
 
   // Bounded mode (optireduce): per-operation time limit; 0 = adaptive estimate.
   std::chrono::milliseconds timeout{0};

@@ -131,6 +131,7 @@ bool TryOptiReduce(const ::gloo::AllreduceOptions& opts) {
     extras.setReduceOp(kind.op);
     extras.setHadamard(config.hadamard == HadamardSetting::kOn ? AllreduceOptions::Hadamard::kAuto
                                                                : AllreduceOptions::Hadamard::kOff);
+    SetLayout(config.layout, &extras);
     CountingErrors([&] { optireduce::allreduce(opts, extras); });
     return true;
   }

@@ -34,7 +34,23 @@ void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind)
   extras.setHadamard(config.hadamard == HadamardSetting::kOff ? AllreduceOptions::Hadamard::kOff
                                                               : AllreduceOptions::Hadamard::kAuto);
   extras.setMaxLoss(config.max_loss);
+  SetLayout(config.layout, &extras);
   optireduce::allreduce(opts, extras);
+}
+
+void SetLayout(const LayoutChoice& choice, AllreduceOptions* extras) {
+  switch (choice.layout) {
+    case LayoutSetting::kAuto:
+      extras->setLayout(AllreduceOptions::Layout::kAuto);
+      break;
+    case LayoutSetting::kFlat:
+      extras->setLayout(AllreduceOptions::Layout::kFlat);
+      break;
+    case LayoutSetting::kTwoLevel:
+      extras->setLayout(AllreduceOptions::Layout::kTwoLevel);
+      break;
+  }
+  if (choice.group_size > 0) extras->setGroupSize(static_cast<size_t>(choice.group_size));
 }
 
 std::string OptiReduceStatsJson() {

@@ -10,7 +10,9 @@
 
 #include <gloo/allreduce.h>
 
+#include "algorithms/allreduce.h"
 #include "algorithms/reduce_classifier.h"
+#include "gloo_ext/config.h"
 
 namespace optireduce {
 namespace gloo_ext {
@@ -18,6 +20,10 @@ namespace gloo_ext {
 // Called by the interposer only for data types and ops TAR supports, with the kind it
 // classified. Throws like gloo::allreduce (gloo::EnforceNotMet, gloo::IoException).
 void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind);
+
+// OPTIREDUCE_LAYOUT on the options of an interposed allreduce (transpose and optireduce;
+// OptiReduce mode runs flat TAR whatever it names and says so: OpStats::flat_fallback).
+void SetLayout(const LayoutChoice& choice, AllreduceOptions* extras);
 
 // Per-operation statistics of the bounded mode as a JSON object ("{}" when none yet);
 // returned by the Python package's optireduce.stats()["optireduce"].

@@ -73,6 +73,24 @@ TEST(ConfigTest, Hadamard) {
               AllOf(HasSubstr("OPTIREDUCE_HADAMARD"), HasSubstr("'2'"), HasSubstr("0, 1")));
 }
 
+TEST(ConfigTest, Layout) {
+  EXPECT_EQ(Parse({})->layout.layout, LayoutSetting::kAuto);
+  EXPECT_EQ(Parse({{"OPTIREDUCE_LAYOUT", "flat"}})->layout.layout, LayoutSetting::kFlat);
+  EXPECT_EQ(Parse({{"OPTIREDUCE_LAYOUT", " AUTO "}})->layout.layout, LayoutSetting::kAuto);
+  const absl::StatusOr<Config> two = Parse({{"OPTIREDUCE_LAYOUT", "two-level"}});
+  EXPECT_EQ(two->layout.layout, LayoutSetting::kTwoLevel);
+  EXPECT_EQ(two->layout.group_size, 0);
+  const absl::StatusOr<Config> eight = Parse({{"OPTIREDUCE_LAYOUT", "Two-Level:8"}});
+  EXPECT_EQ(eight->layout.layout, LayoutSetting::kTwoLevel);
+  EXPECT_EQ(eight->layout.group_size, 8);
+  for (const char* bad : {"2d", "two-level:1", "two-level:", "two-level:-4", "two-level:8x",
+                          "two-level8", "flat:2"}) {
+    EXPECT_THAT(ErrorOf({{"OPTIREDUCE_LAYOUT", bad}}),
+                AllOf(HasSubstr("OPTIREDUCE_LAYOUT='"), HasSubstr(bad), HasSubstr("two-level:G")))
+        << bad;
+  }
+}
+
 TEST(ConfigTest, TimeoutAndItsAlias) {
   EXPECT_EQ(Parse({{"OPTIREDUCE_TIMEOUT_MS", "250"}})->timeout.count(), 250);
   EXPECT_EQ(Parse({{"GLOO_DPDK_TIMEOUT", "40"}})->timeout.count(), 40);

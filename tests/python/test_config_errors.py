@@ -56,6 +56,7 @@ def test_bad_value_fails_at_device_creation():
 @pytest.mark.parametrize("name,value,expect", [
     ("OPTIREDUCE_HADAMARD", "maybe", "OPTIREDUCE_HADAMARD='maybe' is not valid"),
     ("OPTIREDUCE_MAX_LOSS", "2", "OPTIREDUCE_MAX_LOSS='2' is not valid"),
+    ("OPTIREDUCE_LAYOUT", "2d", "OPTIREDUCE_LAYOUT='2d' is not valid"),
     ("OPTIREDUCE_REPAIR_BUDGET", "-1", "OPTIREDUCE_REPAIR_BUDGET='-1' is not valid"),
     ("GLOO_DPDK_TIMEOUT", "-5", "GLOO_DPDK_TIMEOUT='-5' is not valid"),
     ("OPTIREDUCE_FAULTS", "drop=lots", "OPTIREDUCE_FAULTS='drop=lots' is not valid"),

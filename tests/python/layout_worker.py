@@ -1,0 +1,33 @@
+"""One rank of a job that names Transpose AllReduce's layout through OPTIREDUCE_LAYOUT.
+
+Run by test_layout.py:  layout_worker.py RANK WORLD INIT_METHOD OUT_JSON
+One allreduce of 1 Mi float32 (above the small-message size, so TAR runs). Writes
+{"rank", "error": the exception's message or null, "exact": whether the result is the
+exact sum} to OUT_JSON.
+"""
+
+import json
+import sys
+
+rank, world, init_method, out_path = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4]
+import optireduce  # noqa: F401  (must precede torch)
+
+import datetime
+
+import torch
+import torch.distributed as dist
+import keep_tensors  # noqa: E402  (this folder: tests/python)
+keep_tensors.install()
+
+dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=world,
+                        timeout=datetime.timedelta(seconds=60))
+t = torch.full((1 << 20,), float(rank + 1))
+error, exact = None, False
+try:
+    dist.all_reduce(t)
+    exact = bool(torch.all(t == float(world * (world + 1) // 2)))
+except RuntimeError as e:
+    error = str(e)
+with open(out_path, "w") as f:
+    json.dump({"rank": rank, "error": error, "exact": exact}, f)
+dist.destroy_process_group()
