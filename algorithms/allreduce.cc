@@ -436,6 +436,13 @@ void Run(Job job) {
                             &agreement)) {
         bounded = true;
         stats.joined_bounded = true;
+      } else if (channel != nullptr && op.calibration_index >= 0 && g.elements > 0) {
+        // Every rank sends its fingerprint as it starts: the last one arrived about as late
+        // as the latest peer started. The start grace learns from it as from a bounded
+        // operation's first packets, so the first bounded operations after calibration
+        // already leave a straggler out at the learned grace, not after the repair budget.
+        stats.start_lag_ms =
+            std::chrono::duration<double, std::milli>(Clock::now() - start).count();
       }
       settle();
     }
@@ -536,7 +543,8 @@ void Run(Job job) {
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
-      if (stats.mode == OpMode::kBounded && stats.start_lag_ms >= 0) {
+      if ((stats.mode == OpMode::kBounded || stats.mode == OpMode::kCalibration) &&
+          stats.start_lag_ms >= 0) {
         job.policy->RecordStartLag(
             bytes, std::chrono::microseconds(static_cast<int64_t>(stats.start_lag_ms * 1000)),
             stats.start_lag_gave_up);

@@ -404,6 +404,39 @@ TEST(OptiReduceModeLoop, AStragglingLeaderDoesNotStallOthers) {
   StragglerDoesNotStallOthers(/*straggler_leads=*/true);
 }
 
+// The calibrating operations teach the start grace (their fingerprints' arrival): the
+// first bounded operation already uses a learned grace, not the repair budget.
+TEST(OptiReduceModeLoop, TheStartGraceIsLearnedByTheEndOfCalibration) {
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  testing::RunThreads(4, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.calibration_ops = 6;
+    o.start_history_min = 6;
+    o.min_bound = std::chrono::milliseconds(200);
+    o.repair_budget_fraction = 3;
+    o.learn_start_grace = true;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    OpStats last;
+    for (uint64_t step = 0; step < 6; step++) {
+      last = Reduce(ctx, policy, step, 0.05).stats;
+      ASSERT_EQ(last.mode, OpMode::kCalibration) << last.ToJson();
+      EXPECT_GE(last.start_lag_ms, 0) << last.ToJson();
+    }
+    const TimeBound bound = policy->BoundFor(kCount * 4);
+    EXPECT_TRUE(bound.start_grace_learned);
+    const Result first = Reduce(ctx, policy, 6, 0.05);
+    ASSERT_EQ(first.stats.mode, OpMode::kBounded) << first.stats.ToJson();
+    // The budget grace is half the bound + 3 bounds; the learned one is how late peers
+    // start here (threads of one process), far less (timeout_policy_test checks the
+    // percentile).
+    EXPECT_LT(first.stats.start_grace_ms, 3.5 * first.stats.bound_ms) << first.stats.ToJson();
+    gloo::BarrierOptions b(ctx);
+    b.setTag(5);
+    gloo::barrier(b);
+  }, options);
+}
+
 TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   // Ranks that start together teach the policy that peers start within milliseconds; a
   // straggler is then given up at that grace, not after the whole repair budget (3 bounds
