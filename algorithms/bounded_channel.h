@@ -209,10 +209,11 @@ class BoundedChannel {
   // Largest payload per packet; ranges arrive in multiples of it (except the tail).
   virtual size_t PacketPayload() const = 0;
 
-  // Feedback after each operation: the fraction of the bytes this rank expected that did
-  // not arrive before its phases ended, and whether a phase ran late although every peer
-  // had started (the network's pace, not a straggler's). The transport adapts its incast
-  // control to both.
+  // Feedback after each operation: the fraction of the bytes this rank expected that were
+  // lost on the way (holes below the furthest byte that arrived from a peer when its phase
+  // ended: a peer that started late or was still sending is no loss), and whether a phase
+  // ran late although every peer had started (the network's pace, not a straggler's). The
+  // transport adapts its incast control to both.
   virtual void OnOperationDone(double loss_fraction, bool late) {
     (void)loss_fraction;
     (void)late;

@@ -27,12 +27,25 @@ double MsSince(Clock::time_point t) {
   return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
 }
 
-uint64_t ArrivedBytes(const BoundedReceive& rx, size_t regions) {
-  uint64_t total = 0;
-  for (size_t i = 0; i < regions; i++) {
-    for (const ByteRange& r : rx.Arrived(i)) total += r.size();
+// What arrived of the regions (of counted peers only, when `counted` is not empty) into
+// `phase`: the bytes, and the holes — bytes missing below the furthest byte that arrived
+// from the same peer. Holes are what the network lost on the way; a peer that has not
+// started, or is still sending, leaves none.
+void NoteArrivals(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                  const std::vector<bool>& counted, PhaseStats* phase) {
+  phase->bytes_received = 0;
+  phase->bytes_in_holes = 0;
+  for (size_t i = 0; i < regions.size(); i++) {
+    if (!counted.empty() && !counted[regions[i].peer]) continue;
+    uint64_t arrived = 0;
+    size_t furthest = 0;
+    for (const ByteRange& r : rx.Arrived(i)) {
+      arrived += r.size();
+      furthest = std::max(furthest, r.end);
+    }
+    phase->bytes_received += arrived;
+    phase->bytes_in_holes += furthest - arrived;
   }
-  return total;
 }
 
 // Records how late the latest peer started (its first phase-1 packet here; TimeoutPolicy
@@ -351,16 +364,6 @@ bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regi
   }
 }
 
-uint64_t ArrivedBytesOf(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
-                        const std::vector<bool>& counted) {
-  uint64_t total = 0;
-  for (size_t i = 0; i < regions.size(); i++) {
-    if (!counted.empty() && !counted[regions[i].peer]) continue;
-    for (const ByteRange& r : rx.Arrived(i)) total += r.size();
-  }
-  return total;
-}
-
 template <typename T>
 void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   BoundedTransposeArgs a = args;  // a.bound may be settled below
@@ -449,7 +452,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   const auto phase1_start = Clock::now();
   for (const BoundedRegion& r : regions1) p1.bytes_expected += r.nbytes;
   p1.end = rx1->Wait(start + half, a.bound.quiet, a.bound.peer_factor);
-  p1.bytes_received = ArrivedBytes(*rx1, regions1.size());
+  NoteArrivals(*rx1, regions1, {}, &p1);
   if (rx1->SizeAgreement().ok()) ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
 
   Decision decision;
@@ -546,7 +549,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   }
   p2.end = rx2->Wait(phase2_start + half, a.bound.quiet, a.bound.peer_factor);
   EnforceSameSize(*rx2, a);
-  p2.bytes_received = ArrivedBytesOf(*rx2, regions2, counted);
+  NoteArrivals(*rx2, regions2, counted, &p2);
   RepairToCompletion(*rx2, regions2, counted, complete_by, a, "receiving phase-2 data from",
                      &p2);
   p2.ms = MsSince(phase2_start);
@@ -662,10 +665,12 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   stats->damaged = !stats->deferred_ranks.empty();
   stats->leader = d.decider;
   stats->deputy_decided = d.decider != a.leader;
-  // The transport's incast control learns from what the network lost before repairs.
+  // The transport's incast control learns from what the network lost before repairs: the
+  // holes, not the data of a peer that started late or was still sending (a straggler is
+  // not congestion).
   const uint64_t expected = stats->phase[0].bytes_expected + stats->phase[1].bytes_expected;
-  const uint64_t received = stats->phase[0].bytes_received + stats->phase[1].bytes_received;
-  a.channel->OnOperationDone(expected == 0 ? 0.0 : 1.0 - static_cast<double>(received) / expected,
+  const uint64_t holes = stats->phase[0].bytes_in_holes + stats->phase[1].bytes_in_holes;
+  a.channel->OnOperationDone(expected == 0 ? 0.0 : static_cast<double>(holes) / expected,
                              stats->RanLate());
 }
 

@@ -11,7 +11,8 @@ namespace {
 
 std::string PhaseJson(const PhaseStats& p) {
   return absl::StrCat("{\"bytes_expected\":", p.bytes_expected,
-                      ",\"bytes_received\":", p.bytes_received, ",\"end\":\"",
+                      ",\"bytes_received\":", p.bytes_received,
+                      ",\"bytes_in_holes\":", p.bytes_in_holes, ",\"end\":\"",
                       PhaseEndName(p.end), "\",\"repaired\":", p.repaired ? "true" : "false",
                       ",\"ms\":", p.ms, ",\"late_peers\":[", absl::StrJoin(p.late_peers, ","),
                       "],\"estimated_peers\":[", absl::StrJoin(p.estimated_peers, ","), "]}");

@@ -28,7 +28,10 @@ std::ostream& operator<<(std::ostream& os, OpMode mode);
 
 struct PhaseStats {
   uint64_t bytes_expected = 0;
-  uint64_t bytes_received = 0;
+  uint64_t bytes_received = 0;  // when the phase ended, before repairs
+  // Of the bytes missing then, those below the furthest byte that arrived from the same
+  // peer: lost on the way (what the incast control reacts to).
+  uint64_t bytes_in_holes = 0;
   PhaseEnd end = PhaseEnd::kComplete;
   bool repaired = false;  // a repair round ran in this phase
   double ms = 0;

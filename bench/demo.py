@@ -19,8 +19,9 @@ Prints one table, writes a latency CDF (PNG) and the CSVs, and says where:
 
 Columns: p50/p99 of the per-iteration time of rank 0 (timed iterations only), p99/p50,
 p99 vs Gloo's (this row's p99 over the Gloo row's), injected % (the share of packets the
-lab's drop lost while the row ran), data lost % (OptiReduce mode's mean share of the
-result it did not receive and filled in), rel. error (||result - exact sum|| / ||exact
+lab's drop lost while the row ran), deferred % (OptiReduce mode's mean share of the exact
+sum that missed its operation's deadline and is carried into the next operation on the same
+buffer), rel. error (||result - exact sum|| / ||exact
 sum|| of one more operation after the timed ones, under the same loss and stragglers).
 """
 
@@ -160,7 +161,7 @@ def table_lines(rows):
     """The demo's table (list of lines) from the experiment's summary rows, Gloo's first."""
     head = "%-28s %8s %8s %8s %10s %10s %11s %10s" % (
         "allreduce", "p50 ms", "p99 ms", "p99/p50", "p99 vs Gloo", "injected %",
-        "data lost %", "rel. error")
+        "deferred %", "rel. error")
     lines = [head]
     gloo_p99 = rows[0]["p99_us"]
     for (label, _, _), r in zip(ROWS, rows):

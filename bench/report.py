@@ -146,7 +146,7 @@ def lab_rows_md(summary, ref_algo=None, by_env=False):
 
 
 LAB_HEADER = ["allreduce", "p50 ms", "p99 ms", "p99/p50", "p99 vs Gloo", "injected loss %",
-              "data lost %", "damaged ops %", "rel. error"]
+              "deferred %", "damaged ops %", "rel. error"]
 
 
 # ---- sections ------------------------------------------------------------------------

@@ -27,7 +27,7 @@ def demo(bench_bin, *args, user=None, timeout=240):
 
 
 def table(stdout):
-    """{row label: [p50, p99, p99/p50, vs Gloo, injected %, data lost %]} of the table."""
+    """{row label: [p50, p99, p99/p50, vs Gloo, injected %, deferred %]} of the table."""
     rows = {}
     for line in stdout.splitlines():
         for label in ROWS:

@@ -91,6 +91,14 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   void Release(uint64_t op) override { sources_.Release(op); }
   size_t PacketPayload() const override { return payload_; }
   bool HasUnpostedData(uint64_t op) const override { return receiver_.HasStaged(op); }
+  void OnOperationDone(double loss_fraction, bool) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    loss_reports_.push_back(loss_fraction);
+  }
+  std::vector<double> loss_reports() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return loss_reports_;
+  }
 
   // A peer asks for `missing` ranges of what this rank sent it as `op`; what this rank
   // cannot send (released, or not started) it says so, as the engine does.
@@ -143,10 +151,11 @@ class InMemoryBoundedHub::Endpoint : public BoundedChannel {
   InMemoryBoundedHub* hub_;
   const int rank_;
   const double drop_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::mt19937_64 rng_;
   const size_t payload_;
   std::vector<Held> held_;  // under mu_
+  std::vector<double> loss_reports_;  // under mu_: OnOperationDone's, in order
   transport::BoundedReceiver receiver_;
   transport::BoundedSources sources_;
   transport::DecisionHandover handover_;
@@ -177,6 +186,10 @@ bool InMemoryBoundedHub::WaitSent(int src, int dst, uint64_t op,
 
 transport::BoundedReceiverCounters InMemoryBoundedHub::counters(int rank) const {
   return endpoints_[rank]->receiver().counters();
+}
+
+std::vector<double> InMemoryBoundedHub::loss_reports(int rank) const {
+  return endpoints_[rank]->loss_reports();
 }
 
 uint64_t InMemoryBoundedHub::sent_packets() const {

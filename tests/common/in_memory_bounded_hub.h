@@ -50,6 +50,8 @@ class InMemoryBoundedHub {
   // it has.
   bool WaitSent(int src, int dst, uint64_t op, std::chrono::milliseconds timeout);
   transport::BoundedReceiverCounters counters(int rank) const;
+  // The loss fractions `rank`'s operations reported to the incast control, in order.
+  std::vector<double> loss_reports(int rank) const;
   uint64_t sent_packets() const;
   uint64_t dropped_packets() const;
 
