@@ -279,7 +279,7 @@ std::unique_ptr<PacketIo> Dpdk(const std::string& eal, const std::string& ns,
   dpdk::attr a = *from_env;
   a.eal_args = eal + " " + dpdk::DefaultEalArgs();
   a.udp_checksum = udp_checksum;
-  auto io = DpdkPacketIo::Create(a);
+  auto io = DpdkPacketIo::Create(a, EngineOptions().window_bytes);
   if (!io.ok()) {
     std::fprintf(stderr, "dpdk: %s\n", io.status().ToString().c_str());
     return nullptr;

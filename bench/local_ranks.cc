@@ -91,9 +91,11 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     attr.hostname = !spec.iface.empty() ? Ipv4OfInterface(spec.iface)
                     : !spec.hostname.empty() ? spec.hostname : "127.0.0.1";
     attr.port = 0;
-    attr.engine.busy_poll = spec.busy_poll;
-    if (spec.spin.count() >= 0) attr.engine.spin = spec.spin;
-    return optireduce::transport::udp::CreateDevice(attr);
+    optireduce::transport::EngineOptions engine =
+        optireduce::gloo_ext::EngineOptionsOf(LibraryConfig());
+    engine.busy_poll = spec.busy_poll;
+    if (spec.spin.count() >= 0) engine.spin = spec.spin;
+    return optireduce::transport::udp::CreateDevice(attr, engine);
   }
 #ifdef OPTIREDUCE_HAVE_DPDK
   if (spec.transport == "dpdk") {
@@ -101,10 +103,12 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const DeviceSpec& spec) {
     // RunLocalRanks's memif mesh (spec.eal_args) replaces the EAL arguments.
     optireduce::transport::dpdk::attr attr = optireduce::gloo_ext::DpdkAttrOf(LibraryConfig());
     if (!spec.eal_args.empty()) attr.eal_args = spec.eal_args;
-    attr.engine.busy_poll = spec.busy_poll;
-    if (spec.spin.count() >= 0) attr.engine.spin = spec.spin;
     attr.udp_checksum = spec.udp_checksum;
-    return optireduce::transport::dpdk::CreateDevice(attr);
+    optireduce::transport::EngineOptions engine =
+        optireduce::gloo_ext::EngineOptionsOf(LibraryConfig());
+    engine.busy_poll = spec.busy_poll;
+    if (spec.spin.count() >= 0) engine.spin = spec.spin;
+    return optireduce::transport::dpdk::CreateDevice(attr, engine);
   }
 #endif
   throw std::invalid_argument("transport '" + spec.transport +

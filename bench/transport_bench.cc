@@ -66,11 +66,10 @@ std::shared_ptr<gloo::transport::Device> MakeDevice(const std::string& t,
     std::fprintf(stderr, "%s\n", std::string(engine.status().message()).c_str());
     std::exit(2);
   }
-  a.engine = *engine;
-  if (!faults.empty()) a.engine.faults = faults;
-  if (const char* v = getenv("BENCH_SPIN_US")) a.engine.spin = std::chrono::microseconds(atoi(v));
+  if (!faults.empty()) engine->faults = faults;
+  if (const char* v = getenv("BENCH_SPIN_US")) engine->spin = std::chrono::microseconds(atoi(v));
   if (const char* v = getenv("BENCH_DATAGRAM")) a.max_datagram = atoi(v);
-  return optireduce::transport::udp::CreateDevice(a);
+  return optireduce::transport::udp::CreateDevice(a, *engine);
 }
 
 int Iterations(size_t bytes) {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "transport_dpdk/attr.h"
+#include "transport_dpdk/engine/engine_options.h"
 #include "transport_dpdk/device.h"
 #ifdef OPTIREDUCE_HAVE_DPDK
 #include "transport_dpdk/dpdk_device.h"
@@ -81,15 +82,10 @@ transport::udp::attr UdpAttrOf(const Config& config) {
   attr.max_datagram = config.udp_max_datagram;
   attr.segmentation_offload = config.udp_offload;
   attr.socket_buffer_bytes = config.socket_buffer_bytes;
-  attr.engine = EngineOptionsOf(config);
   return attr;
 }
 
-transport::loop::attr LoopAttrOf(const Config& config) {
-  transport::loop::attr attr;
-  attr.engine = EngineOptionsOf(config);
-  return attr;
-}
+transport::loop::attr LoopAttrOf(const Config&) { return transport::loop::attr(); }
 
 transport::dpdk::attr DpdkAttrOf(const Config& config) {
   // The interface/hostname torch passes do not apply: DPDK owns its ports.
@@ -109,7 +105,6 @@ transport::dpdk::attr DpdkAttrOf(const Config& config) {
   attr.mtu = config.dpdk_mtu;
   attr.tx_copy_bodies = config.dpdk_tx_copy;
   attr.tx_backlog = config.dpdk_tx_backlog;
-  attr.engine = EngineOptionsOf(config);
   return attr;
 }
 
@@ -151,10 +146,11 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
   absl::StatusOr<std::string> host = BindHost(config, interface, hostname);
   if (!host.ok()) return host.status();
   transport::udp::attr attr = UdpAttrOf(config);
+  const transport::EngineOptions engine = EngineOptionsOf(config);
   attr.hostname = *host;
   if (config.udp_port_base == 0) {
     attr.port = 0;
-    auto device = transport::udp::CreateDeviceOrError(attr);
+    auto device = transport::udp::CreateDeviceOrError(attr, engine);
     if (!device.ok()) return device.status();
     return Remember(*device);
   }
@@ -162,7 +158,7 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateUdpDevice(
   const int last_port = std::min(65535, config.udp_port_base + config.udp_port_range - 1);
   for (int port = config.udp_port_base; port <= last_port; port++) {
     attr.port = static_cast<uint16_t>(port);
-    auto device = transport::udp::CreateDeviceOrError(attr);
+    auto device = transport::udp::CreateDeviceOrError(attr, engine);
     if (device.ok()) return Remember(*device);
     last = device.status();
     // Only "port taken" moves on to the next port; anything else is a real error.
@@ -184,10 +180,19 @@ bool HaveDpdkDevice() {
 #ifdef OPTIREDUCE_HAVE_DPDK
 namespace {
 
-// "" when a device made from `have` serves a caller asking for `want`; else which setting
-// differs, with both values. EAL args are compared resolved (empty = the defaults).
-std::string DpdkAttrDifference(const transport::dpdk::attr& have,
-                               const transport::dpdk::attr& want) {
+// A DPDK device's settings: its backend's attr and its engine's options.
+struct DpdkSettings {
+  transport::dpdk::attr attr;
+  transport::EngineOptions engine;
+};
+
+// "" when a device made with `have_settings` serves a caller asking for `want_settings`;
+// else which setting differs, with both values. EAL args are compared resolved (empty =
+// the defaults).
+std::string DpdkAttrDifference(const DpdkSettings& have_settings,
+                               const DpdkSettings& want_settings) {
+  const transport::dpdk::attr& have = have_settings.attr;
+  const transport::dpdk::attr& want = want_settings.attr;
   auto differ = [](const char* name, const std::string& a, const std::string& b) {
     return absl::StrCat(name, ": the device has '", a, "', this call asks for '", b, "'");
   };
@@ -216,16 +221,18 @@ std::string DpdkAttrDifference(const transport::dpdk::attr& have,
     return differ("OPTIREDUCE_DPDK_TX_BACKLOG", absl::StrCat(have.tx_backlog),
                   absl::StrCat(want.tx_backlog));
   }
-  if (have.engine.faults != want.engine.faults) {
-    return differ("OPTIREDUCE_FAULTS", have.engine.faults, want.engine.faults);
+  const transport::EngineOptions& have_engine = have_settings.engine;
+  const transport::EngineOptions& want_engine = want_settings.engine;
+  if (have_engine.faults != want_engine.faults) {
+    return differ("OPTIREDUCE_FAULTS", have_engine.faults, want_engine.faults);
   }
-  if (have.engine.peer_dead != want.engine.peer_dead) {
-    return differ("OPTIREDUCE_PEER_DEAD_MS", absl::StrCat(have.engine.peer_dead.count()),
-                  absl::StrCat(want.engine.peer_dead.count()));
+  if (have_engine.peer_dead != want_engine.peer_dead) {
+    return differ("OPTIREDUCE_PEER_DEAD_MS", absl::StrCat(have_engine.peer_dead.count()),
+                  absl::StrCat(want_engine.peer_dead.count()));
   }
-  if (have.engine.session_token != want.engine.session_token) {
-    return differ("OPTIREDUCE_SESSION_TOKEN", absl::StrCat(have.engine.session_token),
-                  absl::StrCat(want.engine.session_token));
+  if (have_engine.session_token != want_engine.session_token) {
+    return differ("OPTIREDUCE_SESSION_TOKEN", absl::StrCat(have_engine.session_token),
+                  absl::StrCat(want_engine.session_token));
   }
   return "";
 }
@@ -239,7 +246,7 @@ std::string DpdkAttrDifference(const transport::dpdk::attr& have,
 // `mu` also serialises creation, so two threads asking at once get the same device.
 struct SharedDpdkDevice {
   std::mutex mu;
-  transport::dpdk::attr attr;
+  DpdkSettings settings;
   std::weak_ptr<transport::Device> device;
 };
 SharedDpdkDevice& SharedDpdk() {
@@ -253,11 +260,11 @@ SharedDpdkDevice& SharedDpdk() {
 absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     const Config& config, const std::string& interface, const std::string& hostname) {
 #ifdef OPTIREDUCE_HAVE_DPDK
-  const transport::dpdk::attr attr = DpdkAttrOf(config);
+  const DpdkSettings settings{DpdkAttrOf(config), EngineOptionsOf(config)};
   SharedDpdkDevice& shared = SharedDpdk();
   std::lock_guard<std::mutex> lock(shared.mu);
   if (std::shared_ptr<transport::Device> existing = shared.device.lock()) {
-    const std::string difference = DpdkAttrDifference(shared.attr, attr);
+    const std::string difference = DpdkAttrDifference(shared.settings, settings);
     if (!difference.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "this process already has a DPDK device and every DPDK device of a process "
@@ -266,9 +273,9 @@ absl::StatusOr<std::shared_ptr<::gloo::transport::Device>> CreateDpdkDevice(
     }
     return std::shared_ptr<::gloo::transport::Device>(existing);
   }
-  auto device = transport::dpdk::CreateDeviceOrError(attr);
+  auto device = transport::dpdk::CreateDeviceOrError(settings.attr, settings.engine);
   if (!device.ok()) return device.status();
-  shared.attr = attr;
+  shared.settings = settings;
   shared.device = *device;
   return Remember(*device);
 #else

@@ -7,9 +7,12 @@
 // *FromEnvironment() ones do that for the environment as it is now
 // (ConfigFromEnvironment(), every variable validated). A C++ program that wants the
 // environment's settings writes, e.g.
-//   auto attr = optireduce::gloo_ext::DpdkAttrFromEnvironment();     // StatusOr
-//   if (attr.ok()) device = optireduce::transport::dpdk::CreateDevice(*attr);
-// and then overrides what it sets itself.
+//   auto attr = optireduce::gloo_ext::DpdkAttrFromEnvironment();          // StatusOr
+//   auto engine = optireduce::gloo_ext::EngineOptionsFromEnvironment();   // StatusOr
+//   if (attr.ok() && engine.ok())
+//     device = optireduce::transport::dpdk::CreateDevice(*attr, *engine);
+// and then overrides what it sets itself. A backend's attr holds the backend's settings
+// only; the engine's (faults, session token, silence bound) are EngineOptionsOf's.
 #pragma once
 
 #include <memory>
@@ -21,16 +24,19 @@
 #include "gloo_ext/config.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/dpdk_attr.h"
+#include "transport_dpdk/engine/engine_options.h"
 
 namespace optireduce {
 namespace gloo_ext {
 
-// OPTIREDUCE_FAULTS, OPTIREDUCE_SESSION_TOKEN; the other fields keep their defaults.
+// The engine's options, for every backend's device: OPTIREDUCE_FAULTS,
+// OPTIREDUCE_SESSION_TOKEN, OPTIREDUCE_PEER_DEAD_MS; the other fields keep their defaults.
 transport::EngineOptions EngineOptionsOf(const Config& config);
 // hostname = OPTIREDUCE_UDP_HOST (else the attr's default), port =
 // OPTIREDUCE_UDP_PORT_BASE (CreateUdpDevice below also tries the rest of the range),
 // OPTIREDUCE_UDP_MAX_DATAGRAM, OPTIREDUCE_UDP_OFFLOAD, OPTIREDUCE_SOCKET_BUFFER_BYTES.
 transport::udp::attr UdpAttrOf(const Config& config);
+// The loop backend has no variable of its own: its defaults.
 transport::loop::attr LoopAttrOf(const Config& config);
 // OPTIREDUCE_EAL_ARGS (+ OPTIREDUCE_DPDK_FILE_PREFIX), OPTIREDUCE_DPDK_PORTS, _IPV4,
 // _UDP_PORT, _MTU, _TX_COPY, _TX_BACKLOG.

@@ -45,30 +45,45 @@ std::shared_ptr<::gloo::transport::Device> DeviceOrThrow(
 }
 
 namespace udp {
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
+                                                            const EngineOptions& engine) {
   auto io = UdpPacketIo::Create(a);
   if (!io.ok()) return io.status();
   // The kernel reports twice the usable size (bookkeeping overhead).
   const size_t rx = std::max<size_t>((*io)->ReceiveBufferBytes() / 2, 256 << 10);
-  return CreateDeviceOverIo(std::move(*io), a.engine, rx);
+  return CreateDeviceOverIo(std::move(*io), engine, rx);
+}
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+  return CreateDeviceOrError(a, EngineOptions());
+}
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
+                                                        const EngineOptions& engine) {
+  return DeviceOrThrow(CreateDeviceOrError(a, engine), "udp::CreateDevice");
 }
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return DeviceOrThrow(CreateDeviceOrError(a), "udp::CreateDevice");
+  return CreateDevice(a, EngineOptions());
 }
 }  // namespace udp
 
 namespace loop {
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
+                                                            const EngineOptions& engine) {
   if (a.max_datagram < 256 || a.max_datagram > (1u << 20)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "loop attr max_datagram ", a.max_datagram, " outside [256, 1 MiB]"));
   }
   auto io = std::make_unique<LoopPacketIo>(a.max_datagram, a.queue_capacity);
-  return CreateDeviceOverIo(std::move(io), a.engine,
-                            a.queue_capacity * a.max_datagram / 2);
+  return CreateDeviceOverIo(std::move(io), engine, a.queue_capacity * a.max_datagram / 2);
+}
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+  return CreateDeviceOrError(a, EngineOptions());
+}
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
+                                                        const EngineOptions& engine) {
+  return DeviceOrThrow(CreateDeviceOrError(a, engine), "loop::CreateDevice");
 }
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return DeviceOrThrow(CreateDeviceOrError(a), "loop::CreateDevice");
+  return CreateDevice(a, EngineOptions());
 }
 }  // namespace loop
 

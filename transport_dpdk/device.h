@@ -10,6 +10,7 @@
 #include "absl/status/statusor.h"
 #include "transport_dpdk/attr.h"
 #include "transport_dpdk/engine/engine.h"
+#include "transport_dpdk/engine/engine_options.h"
 #include "transport_dpdk/engine/stats.h"
 
 namespace optireduce {
@@ -50,14 +51,24 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
 std::shared_ptr<::gloo::transport::Device> DeviceOrThrow(
     absl::StatusOr<std::shared_ptr<Device>> device, const char* what);
 
+// Every backend's factory takes its attr and the engine's options; the overload without
+// options uses EngineOptions' defaults.
 namespace udp {
 // Throws gloo::InvalidOperationException on bad attributes or socket errors.
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
+                                                        const EngineOptions& engine);
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
+                                                            const EngineOptions& engine);
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 }  // namespace udp
 
 namespace loop {
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
+                                                        const EngineOptions& engine);
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr = {});
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
+                                                            const EngineOptions& engine);
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 }  // namespace loop
 

@@ -7,8 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "transport_dpdk/attr.h"
-
 namespace optireduce {
 namespace transport {
 namespace dpdk {
@@ -49,7 +47,6 @@ struct attr {
   // (what a full NIC ring leaves over waits there).
   bool tx_copy_bodies = false;
   uint32_t tx_backlog = 2048;
-  EngineOptions engine;
 };
 
 }  // namespace dpdk

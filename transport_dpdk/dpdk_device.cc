@@ -15,15 +15,25 @@ namespace optireduce {
 namespace transport {
 namespace dpdk {
 
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
-  auto io = DpdkPacketIo::Create(a);
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
+                                                            const EngineOptions& engine) {
+  auto io = DpdkPacketIo::Create(a, engine.window_bytes);
   if (!io.ok()) return io.status();
   const size_t rx = (*io)->RxBufferBytes();
-  return CreateDeviceOverIo(std::move(*io), a.engine, rx);
+  return CreateDeviceOverIo(std::move(*io), engine, rx);
+}
+
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
+  return CreateDeviceOrError(a, EngineOptions());
+}
+
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
+                                                        const EngineOptions& engine) {
+  return DeviceOrThrow(CreateDeviceOrError(a, engine), "dpdk::CreateDevice");
 }
 
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return DeviceOrThrow(CreateDeviceOrError(a), "dpdk::CreateDevice");
+  return CreateDevice(a, EngineOptions());
 }
 
 std::string MemifMeshEalArgs(const std::string& dir, int rank, int size,

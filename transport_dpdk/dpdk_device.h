@@ -1,6 +1,6 @@
 // dpdk_device.h — the Gloo device over the DPDK backend.
 //
-//   auto dev = optireduce::transport::dpdk::CreateDevice(attr);
+//   auto dev = optireduce::transport::dpdk::CreateDevice(attr, engine_options);
 //
 // EAL arguments come from attr.eal_args (gloo_ext::DpdkAttrFromEnvironment()
 // takes them from OPTIREDUCE_EAL_ARGS). Multi-process
@@ -20,13 +20,19 @@
 #include "absl/status/statusor.h"
 #include "transport_dpdk/device.h"
 #include "transport_dpdk/dpdk_attr.h"
+#include "transport_dpdk/engine/engine_options.h"
 
 namespace optireduce {
 namespace transport {
 namespace dpdk {
 
-// Throws gloo::InvalidOperationException naming the problem.
+// Throws gloo::InvalidOperationException naming the problem. The overloads without
+// engine options use EngineOptions' defaults.
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
+                                                        const EngineOptions& engine);
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);
+absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
+                                                            const EngineOptions& engine);
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
 
 // EAL --vdev arguments for rank `rank` of a full memif mesh of `size` ranks

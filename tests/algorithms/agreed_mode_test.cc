@@ -114,9 +114,9 @@ void Barrier(const std::shared_ptr<gloo::Context>& ctx, uint32_t tag = 77) {
 testing::RankOptions Loop(const std::string& faults = "") {
   testing::RankOptions options;
   options.device = [faults](int) {
-    transport::loop::attr attr;
-    attr.engine.faults = faults;
-    return transport::loop::CreateDevice(attr);
+    transport::EngineOptions engine;
+    engine.faults = faults;
+    return transport::loop::CreateDevice(transport::loop::attr(), engine);
   };
   // A rank that disagreed would wait for a peer until this timeout: keep failures short.
   options.context_timeout = std::chrono::milliseconds(8000);

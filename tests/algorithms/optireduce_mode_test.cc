@@ -135,9 +135,9 @@ bool SameOnEveryRank(const std::shared_ptr<gloo::Context>& ctx, double sum) {
 
 testing::DeviceFactory Udp(const std::string& faults) {
   return [faults](int) {
-    transport::udp::attr attr;
-    attr.engine.faults = faults;
-    return transport::udp::CreateDevice(attr);
+    transport::EngineOptions engine;
+    engine.faults = faults;
+    return transport::udp::CreateDevice(transport::udp::attr(), engine);
   };
 }
 

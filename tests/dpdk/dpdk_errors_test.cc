@@ -127,14 +127,17 @@ TEST(DpdkErrors, SecondInitWithOtherArgumentsFailsSameArgumentsReuse) {
   });
 }
 
-// The environment reaches the transport through gloo_ext's attr helpers (the transport
-// itself reads no variable): a device made from DpdkAttrFromEnvironment() with our EAL args.
+// The environment reaches the transport through gloo_ext's helpers (the transport itself
+// reads no variable): a device made from DpdkAttrFromEnvironment() with our EAL args and
+// EngineOptionsFromEnvironment().
 absl::StatusOr<std::shared_ptr<transport::Device>> CreateFromEnvironment(
     const std::string& eal_args) {
   absl::StatusOr<dpdk::attr> a = gloo_ext::DpdkAttrFromEnvironment();
   if (!a.ok()) return a.status();
+  absl::StatusOr<transport::EngineOptions> engine = gloo_ext::EngineOptionsFromEnvironment();
+  if (!engine.ok()) return engine.status();
   a->eal_args = eal_args;
-  return dpdk::CreateDeviceOrError(*a);
+  return dpdk::CreateDeviceOrError(*a, *engine);
 }
 
 TEST(DpdkErrors, BadTxSwitchesAreRefusedWithTheirName) {
@@ -171,7 +174,9 @@ TEST(DpdkErrors, EnvArgsAreUsedAndAffinityIsRestored) {
     sched_getaffinity(0, sizeof(before), &before);
     absl::StatusOr<dpdk::attr> a = gloo_ext::DpdkAttrFromEnvironment();
     if (!a.ok()) return a.status().ToString();
-    auto d = dpdk::CreateDeviceOrError(*a);
+    absl::StatusOr<transport::EngineOptions> engine = gloo_ext::EngineOptionsFromEnvironment();
+    if (!engine.ok()) return engine.status().ToString();
+    auto d = dpdk::CreateDeviceOrError(*a, *engine);
     if (!d.ok()) return d.status().ToString();
     sched_getaffinity(0, sizeof(after), &after);
     if (!CPU_EQUAL(&before, &after)) return std::string("affinity not restored");

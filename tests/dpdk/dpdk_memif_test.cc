@@ -48,7 +48,7 @@ uint8_t Pattern(uint32_t seq, size_t i) { return static_cast<uint8_t>(seq * 31 +
 std::string PacketIoEcho(const std::string& dir, int rank) {
   dpdk::attr a;
   a.eal_args = EalArgsFor(dir, rank, 2);
-  auto io_or = DpdkPacketIo::Create(a);
+  auto io_or = DpdkPacketIo::Create(a, transport::EngineOptions().window_bytes);
   if (!io_or.ok()) return io_or.status().ToString();
   DpdkPacketIo& io = **io_or;
   gloo::rendezvous::FileStore store(dir + "/store");
@@ -220,10 +220,11 @@ std::string RunRank(const std::string& dir, int rank, int size,
                     std::chrono::milliseconds peer_dead = std::chrono::milliseconds(0)) {
   dpdk::attr a;
   a.eal_args = EalArgsFor(dir, rank, size, bsize);
-  a.engine.faults = faults;
-  if (peer_dead.count() > 0) a.engine.peer_dead = peer_dead;
-  if (!faults.empty()) a.engine.min_rto = std::chrono::microseconds(2000);
-  auto dev = dpdk::CreateDeviceOrError(a);
+  transport::EngineOptions engine;
+  engine.faults = faults;
+  if (peer_dead.count() > 0) engine.peer_dead = peer_dead;
+  if (!faults.empty()) engine.min_rto = std::chrono::microseconds(2000);
+  auto dev = dpdk::CreateDeviceOrError(a, engine);
   if (!dev.ok()) return dev.status().ToString();
   if (want_max_datagram != 0) {
     auto* io = dynamic_cast<transport::DpdkPacketIo*>((*dev)->engine()->io());

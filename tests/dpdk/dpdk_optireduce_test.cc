@@ -78,8 +78,9 @@ std::string RunFourRanks(const std::string& faults, double want_loss) {
   options.device = [dir, faults](int rank) {
     dpdk::attr a;
     a.eal_args = dpdk::MemifMeshEalArgs(dir, rank, kRanks) + " " + dpdk::DefaultEalArgs();
-    a.engine.faults = faults;
-    return dpdk::CreateDevice(a);
+    transport::EngineOptions engine;
+    engine.faults = faults;
+    return dpdk::CreateDevice(a, engine);
   };
   options.process_limit = std::chrono::seconds(100);
   return testing::RunProcesses(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {

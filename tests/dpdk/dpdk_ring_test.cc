@@ -38,9 +38,10 @@ std::vector<std::string> RunRingRanks(int n, const GlooCaseList& list,
       try {
         dpdk::attr a;
         a.ports = (*mesh)[r];
-        a.engine.faults = faults;
-        if (!faults.empty()) a.engine.min_rto = std::chrono::microseconds(2000);
-        devices[r] = dpdk::CreateDevice(a);
+        transport::EngineOptions engine;
+        engine.faults = faults;
+        if (!faults.empty()) engine.min_rto = std::chrono::microseconds(2000);
+        devices[r] = dpdk::CreateDevice(a, engine);
         auto ctx = ConnectContext(store, devices[r], r, n, std::chrono::seconds(60));
         for (const auto& c : list.cases) {
           for (size_t e : list.elements) {

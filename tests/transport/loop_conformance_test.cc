@@ -18,11 +18,13 @@ namespace optireduce {
 namespace testing {
 namespace {
 
+using transport::EngineOptions;
 using transport::loop::attr;
 
-// Runs fn(rank, context) on `size` threads, each with its own loop device.
+// Runs fn(rank, context) on `size` threads, each with its own loop device made with
+// `engine` options.
 std::vector<std::string> RunRanks(
-    int size, const attr& a,
+    int size, const transport::EngineOptions& engine,
     const std::function<std::string(int, std::shared_ptr<gloo::Context>)>& fn) {
   static std::atomic<int> run{0};
   gloo::rendezvous::HashStore base;
@@ -40,7 +42,7 @@ std::vector<std::string> RunRanks(
           t.hostname = "127.0.0.1";
           dev = gloo::transport::tcp::CreateDevice(t);
         } else {
-          dev = transport::loop::CreateDevice(a);
+          dev = transport::loop::CreateDevice(attr{}, engine);
         }
         auto ctx = ConnectContext(store, dev, r, size, std::chrono::seconds(30));
         errors[r] = fn(r, ctx);
@@ -83,7 +85,7 @@ TEST_P(LoopConformance, AllCollectivesExact) {
       p = q + 1;
     }
   }
-  auto bad = RunRanks(n, attr{}, [&](int, std::shared_ptr<gloo::Context> ctx) {
+  auto bad = RunRanks(n, {}, [&](int, std::shared_ptr<gloo::Context> ctx) {
     return RunAll(ctx, cases, {0, 1, 1024, 262144});
   });
   for (auto& e : bad) ADD_FAILURE() << e;
@@ -94,10 +96,10 @@ INSTANTIATE_TEST_SUITE_P(Ranks, LoopConformance, ::testing::Values(2, 3, 4, 5));
 class LoopFaults : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LoopFaults, ExactUnderFaults) {
-  attr a;
-  a.engine.faults = GetParam();
-  a.engine.min_rto = std::chrono::microseconds(2000);
-  auto bad = RunRanks(4, a, [&](int, std::shared_ptr<gloo::Context> ctx) {
+  transport::EngineOptions engine;
+  engine.faults = GetParam();
+  engine.min_rto = std::chrono::microseconds(2000);
+  auto bad = RunRanks(4, engine, [&](int, std::shared_ptr<gloo::Context> ctx) {
     return RunAll(ctx,
                   {"AllreduceRing", "AllreduceRingChunked", "allreduce", "broadcast",
                    "allgather", "sendrecv", "recv_any", "send_before_recv",
@@ -117,10 +119,10 @@ INSTANTIATE_TEST_SUITE_P(
 class LoopLossPatterns : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(LoopLossPatterns, AllCollectivesExact) {
-  attr a;
-  a.engine.faults = GetParam();
-  a.engine.min_rto = std::chrono::microseconds(2000);
-  auto bad = RunRanks(4, a, [&](int, std::shared_ptr<gloo::Context> ctx) {
+  transport::EngineOptions engine;
+  engine.faults = GetParam();
+  engine.min_rto = std::chrono::microseconds(2000);
+  auto bad = RunRanks(4, engine, [&](int, std::shared_ptr<gloo::Context> ctx) {
     return RunAll(ctx, AllCaseNames(), {0, 1, 1024, 100000});
   });
   for (auto& e : bad) ADD_FAILURE() << GetParam() << ": " << e;
@@ -136,11 +138,11 @@ INSTANTIATE_TEST_SUITE_P(
 // The RTO floor is raised to 200 ms so that "less than 3 floors" is far
 // outside scheduling noise (recovering by RTOs takes one floor per packet).
 TEST(LoopLossRecovery, TailOfALargeMessageIsRecoveredWithoutAnRto) {
-  attr a;
-  a.engine.faults = "tail=8";
-  a.engine.min_rto = std::chrono::milliseconds(200);
-  a.engine.initial_rto = std::chrono::milliseconds(200);
-  a.engine.max_rto = std::chrono::milliseconds(2000);
+  transport::EngineOptions engine;
+  engine.faults = "tail=8";
+  engine.min_rto = std::chrono::milliseconds(200);
+  engine.initial_rto = std::chrono::milliseconds(200);
+  engine.max_rto = std::chrono::milliseconds(2000);
   gloo::rendezvous::HashStore store;
   std::vector<std::shared_ptr<gloo::transport::Device>> devs(2);
   std::vector<std::shared_ptr<gloo::Context>> ctxs(2);
@@ -148,7 +150,7 @@ TEST(LoopLossRecovery, TailOfALargeMessageIsRecoveredWithoutAnRto) {
     std::vector<std::thread> t;
     for (int r = 0; r < 2; ++r) {
       t.emplace_back([&, r] {
-        devs[r] = transport::loop::CreateDevice(a);
+        devs[r] = transport::loop::CreateDevice(attr{}, engine);
         ctxs[r] = ConnectContext(store, devs[r], r, 2, std::chrono::seconds(30));
       });
     }
@@ -172,11 +174,11 @@ TEST(LoopLossRecovery, TailOfALargeMessageIsRecoveredWithoutAnRto) {
   EXPECT_EQ(src, dst);
   EXPECT_EQ(after.rto_events - before.rto_events, 0u) << after.ToString();
   EXPECT_GE(after.retransmits - before.retransmits, 8u);
-  EXPECT_LT(elapsed, 3 * a.engine.min_rto) << after.ToString();
+  EXPECT_LT(elapsed, 3 * engine.min_rto) << after.ToString();
 }
 
 TEST(LoopDevice, TimeoutNamesPeerAndSlot) {
-  auto bad = RunRanks(2, attr{}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
+  auto bad = RunRanks(2, {}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
     if (r != 0) return "";
     std::vector<int> buf(4);
     auto ub = ctx->createUnboundBuffer(buf.data(), sizeof(int) * 4);
@@ -197,7 +199,7 @@ TEST(LoopDevice, TimeoutNamesPeerAndSlot) {
 }
 
 TEST(LoopDevice, AbortWaitRecvReturnsFalse) {
-  auto bad = RunRanks(2, attr{}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
+  auto bad = RunRanks(2, {}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
     if (r != 0) return "";
     int v = 0;
     auto ub = ctx->createUnboundBuffer(&v, sizeof(v));
@@ -214,7 +216,7 @@ TEST(LoopDevice, AbortWaitRecvReturnsFalse) {
 }
 
 TEST(LoopDevice, RecvTooSmallIsAnError) {
-  auto bad = RunRanks(2, attr{}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
+  auto bad = RunRanks(2, {}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
     std::vector<int> buf(100, r);
     if (r == 1) {
       auto ub = ctx->createUnboundBuffer(buf.data(), 400);
@@ -268,17 +270,17 @@ TEST(LoopDevice, TwoContextsOnOneDeviceConcurrently) {
 }
 
 TEST(LoopDevice, BadFaultSpecNamesKey) {
-  attr a;
-  a.engine.faults = "drop=0.1,bogus=3";
+  transport::EngineOptions engine;
+  engine.faults = "drop=0.1,bogus=3";
   try {
-    transport::loop::CreateDevice(a);
+    transport::loop::CreateDevice(attr{}, engine);
     FAIL() << "bad spec accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("bogus"), std::string::npos) << e.what();
   }
-  a.engine.faults = "drop=1.5";
+  engine.faults = "drop=1.5";
   try {
-    transport::loop::CreateDevice(a);
+    transport::loop::CreateDevice(attr{}, engine);
     FAIL() << "bad spec accepted";
   } catch (const std::exception& e) {
     EXPECT_NE(std::string(e.what()).find("drop=1.5"), std::string::npos) << e.what();
@@ -289,7 +291,7 @@ TEST(LoopDevice, DestroyWithOperationsInFlight) {
   // Posted recvs and sends whose peers never answer; everything is torn down
   // with them pending. Must not crash or hang (ASan/TSan builds check more).
   for (int iter = 0; iter < 5; ++iter) {
-    auto bad = RunRanks(3, attr{}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
+    auto bad = RunRanks(3, {}, [&](int r, std::shared_ptr<gloo::Context> ctx) -> std::string {
       std::vector<int> big(1 << 18, r);
       auto ub = ctx->createUnboundBuffer(big.data(), big.size() * sizeof(int));
       if (r == 0) ub->recv(std::vector<int>{1, 2}, 1234);

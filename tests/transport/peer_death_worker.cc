@@ -288,11 +288,12 @@ int main(int argc, char** argv) {
       t.hostname = "127.0.0.1";
       device = gloo::transport::tcp::CreateDevice(t);
     } else if (device_kind == "udp") {
-      optireduce::transport::udp::attr u;
+      optireduce::transport::EngineOptions engine;
       if (g_args.count("peer_dead_ms")) {
-        u.engine.peer_dead = std::chrono::milliseconds(std::stol(g_args["peer_dead_ms"]));
+        engine.peer_dead = std::chrono::milliseconds(std::stol(g_args["peer_dead_ms"]));
       }
-      auto d = optireduce::transport::udp::CreateDeviceOrError(u);
+      auto d = optireduce::transport::udp::CreateDeviceOrError(
+          optireduce::transport::udp::attr(), engine);
       if (!d.ok()) {
         fprintf(stderr, "rank %d: %s\n", rank, d.status().ToString().c_str());
         return 2;

@@ -112,8 +112,7 @@ std::shared_ptr<optireduce::transport::Device> MakeDevice() {
   // The faults come from OPTIREDUCE_FAULTS, through the library's configuration.
   auto engine = optireduce::gloo_ext::EngineOptionsFromEnvironment();
   CHECK_OR_DIE(engine.ok(), "%s", engine.status().ToString().c_str());
-  attr.engine = *engine;
-  auto device = optireduce::transport::udp::CreateDeviceOrError(attr);
+  auto device = optireduce::transport::udp::CreateDeviceOrError(attr, *engine);
   CHECK_OR_DIE(device.ok(), "%s", device.status().ToString().c_str());
   return *device;
 }

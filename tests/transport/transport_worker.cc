@@ -118,9 +118,10 @@ int main(int argc, char** argv) {
   const auto timeout = std::chrono::milliseconds(
       args.count("timeout_ms") ? std::stol(args["timeout_ms"]) : 30000);
   try {
-    optireduce::transport::udp::attr attr;
-    attr.engine.faults = args["faults"];
-    auto device = optireduce::transport::udp::CreateDeviceOrError(attr);
+    optireduce::transport::EngineOptions engine;
+    engine.faults = args["faults"];
+    auto device = optireduce::transport::udp::CreateDeviceOrError(
+        optireduce::transport::udp::attr(), engine);
     if (!device.ok()) {
       fprintf(stderr, "rank %d: %s\n", rank, device.status().ToString().c_str());
       return 2;

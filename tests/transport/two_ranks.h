@@ -50,10 +50,9 @@ inline std::vector<Rank> Connect(const transport::EngineOptions& engine,
                                  const std::string& faults = "") {
   std::vector<std::shared_ptr<transport::Device>> devices;
   for (int i = 0; i < 2; ++i) {
-    transport::udp::attr a;
-    a.engine = engine;
-    a.engine.faults = faults;
-    auto dev = transport::udp::CreateDeviceOrError(a);
+    transport::EngineOptions options = engine;
+    options.faults = faults;
+    auto dev = transport::udp::CreateDeviceOrError(transport::udp::attr(), options);
     EXPECT_TRUE(dev.ok()) << dev.status();
     if (!dev.ok()) return {};
     devices.push_back(*dev);

@@ -113,7 +113,7 @@ uint32_t Engine::RegisterContext(int rank, int size, uint64_t local_token) {
     p.eager_credit = static_cast<int64_t>(impl_->opts.eager_budget_per_peer);
     p.max_payload = impl_->max_payload;
     p.bounded_payload = impl_->bounded_payload;
-    p.live = PeerLiveness(impl_->opts.peer_dead);
+    p.liveness = PeerLivenessState(i, impl_->opts.peer_dead);
     ReliableSender::Options so;
     so.initial_rto = impl_->opts.initial_rto;
     so.min_rto = impl_->opts.min_rto;
@@ -188,7 +188,7 @@ absl::Status Engine::ConnectPeer(uint32_t ctx, int peer_rank,
   p.max_payload = std::min<uint32_t>(impl_->max_payload, remote_max_datagram - kHeaderBytes);
   p.bounded_payload = std::min<uint32_t>(impl_->bounded_payload, p.max_payload / 64 * 64);
   p.connected = true;
-  p.live.Connected(Clock::now());
+  p.liveness.Connected(Clock::now());
   if (peer_rank == 0) c->token = remote_token;
   // The handshake: the first packet to a peer (sequence 0) is a NOP, and
   // its ack (WaitPeer) says the peer is there and has connected back.
@@ -546,12 +546,14 @@ std::string Engine::DebugState(uint32_t ctx) const {
   for (const Peer& p : c->peers) {
     if (!p.connected) continue;
     absl::StrAppend(&s, "; peer ", p.rank, ": ",
-                    !p.live.heard() ? std::string("never heard")
-                                    : absl::StrCat("heard ",
-                                                   std::chrono::duration_cast<std::chrono::milliseconds>(
-                                                       now - p.live.last_heard()).count(),
-                                                   " ms ago"),
-                    p.live.unreachable() ? " (unreachable)" : "");
+                    !p.liveness.heard()
+                        ? std::string("never heard")
+                        : absl::StrCat("heard ",
+                                       std::chrono::duration_cast<std::chrono::milliseconds>(
+                                           now - p.liveness.last_heard())
+                                           .count(),
+                                       " ms ago"),
+                    p.liveness.unreachable() ? " (unreachable)" : "");
     absl::StrAppend(&s, "; peer ", p.rank, ": tx seq ", p.next_seq, " unacked ",
                     p.next_seq - p.unacked_base, " (", p.inflight_bytes,
                     " B) queued ", p.data_queue.size(), "+", p.ctrl.size(),

@@ -18,8 +18,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "transport_dpdk/attr.h"
 #include "transport_dpdk/bounded/source_access.h"
+#include "transport_dpdk/engine/engine_options.h"
 #include "transport_dpdk/engine/op_sink.h"
 #include "transport_dpdk/io/packet_io.h"
 #include "transport_dpdk/engine/stats.h"

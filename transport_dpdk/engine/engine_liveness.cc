@@ -1,6 +1,9 @@
-// Peer liveness and context failure: peers the device reports unreachable, probes of
-// peers that owe something (CheckLiveness), ABORT from a failed peer, failing every
-// pending operation of a context, and closing contexts that finished their linger.
+// Liveness and closing on the packet path. Each peer's state and rules live in its
+// PeerLivenessState and PeerCloseState (peer_liveness_state.h, peer_close_state.h); this
+// file routes to them: reports that the device found a peer unreachable (verified here
+// against what the context sent), probes of peers that owe something (CheckLiveness), an
+// ABORT from a failed peer, failing every pending operation of a context, close probes,
+// and releasing contexts that finished their linger.
 #include "transport_dpdk/engine/engine_impl.h"
 
 #include <algorithm>
@@ -25,12 +28,12 @@ void Engine::Impl::TakeUnreachable() {
     const UnreachableReport& r = reports[i];
     for (auto& kv : contexts) {
       for (Peer& p : kv.second->peers) {
-        if (!p.connected || p.handle != r.peer || p.live.unreachable()) continue;
+        if (!p.connected || p.handle != r.peer || p.liveness.unreachable()) continue;
         if (!ReportProvesGone(*kv.second, p, r)) {
           // Forged, quoting too little, or about a packet this context need not hear
           // about: the peer is probed at once, and the answer (or a report that quotes the
           // probe) tells.
-          p.live.ProbeSoon();
+          p.liveness.ProbeSoon();
           Bump(stats.unreachable_unproven);
           continue;
         }
@@ -38,15 +41,11 @@ void Engine::Impl::TakeUnreachable() {
         // that failed on it and exited is reported too, and the ABORT naming the first
         // may be lost with its link (memif rings vanish with the link).
         for (const Peer& q : kv.second->peers) {
-          if (&q != &p && q.connected && q.live.unreachable() && q.gone_blame < 0 &&
-              p.gone_reason.empty()) {
-            p.gone_reason = absl::StrCat("peer rank ", q.rank, " is gone: ",
-                                         io->UnreachableCause(), " (and then rank ", p.rank,
-                                         " too)");
-            p.gone_blame = q.rank;
+          if (&q != &p && q.connected && q.liveness.GoneOnItsOwn()) {
+            p.liveness.ExplainedBy(q.liveness, io->UnreachableCause());
           }
         }
-        p.live.Unreachable();
+        p.liveness.Unreachable();
         Bump(stats.peers_unreachable);
       }
     }
@@ -72,8 +71,8 @@ bool Engine::Impl::ReportProvesGone(const Ctx& c, const Peer& p,
   // or close probe), or a sequenced packet not yet acknowledged.
   const auto type = static_cast<PacketType>(h.type);
   if (type == PacketType::kPing) {
-    const uint64_t last = IsCloseProbe(h) ? p.close_probe_id : p.pings;
-    return h.message_id <= last && last - h.message_id < kPingsInFlight;
+    return IsCloseProbe(h) ? PeerLivenessState::InFlight(h.message_id, p.close.probe_id())
+                           : p.liveness.PingInFlight(h.message_id);
   }
   const bool sequenced = !(h.flags & kFlagUnreliable) && type != PacketType::kAck &&
                          type != PacketType::kPong && type != PacketType::kAbort;
@@ -123,10 +122,10 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
         // all of them only when every one has closed (then nothing can complete it).
         bool any_open = false;
         for (int src : r.srcs) {
-          if (src >= 0 && src < c.size && !c.peers[src].peer_closing) any_open = true;
+          if (src >= 0 && src < c.size && !c.peers[src].close.peer_closing()) any_open = true;
         }
         for (int src : r.srcs) {
-          if (src >= 0 && src < c.size && (!any_open || !c.peers[src].peer_closing)) {
+          if (src >= 0 && src < c.size && (!any_open || !c.peers[src].close.peer_closing())) {
             posted_from[src] = 1;
           }
         }
@@ -136,33 +135,28 @@ void Engine::Impl::CheckLiveness(Clock::time_point now) {
       if (!p.connected) continue;
       // A stall of this thread, or a path the backend is still setting up (nothing can
       // arrive from the peer yet): a fresh window, not the peer's silence.
-      if (stalled || io->LinkComingUp(p.handle)) p.live.Restart(now);
-      const PeerLiveness::Verdict verdict = p.live.Check(now, PendingWith(c, p, posted_from));
+      if (stalled || io->LinkComingUp(p.handle)) p.liveness.Restart(now);
+      const PeerLiveness::Verdict verdict =
+          p.liveness.Check(now, PendingWith(c, p, posted_from));
       if (verdict == PeerLiveness::Verdict::kAlive || verdict == PeerLiveness::Verdict::kProbe) {
         // Its next probe may be due before the regular check (the short first intervals).
-        next_liveness = std::min(next_liveness, std::max(p.live.NextProbe(), now + kMinLivenessGap));
+        next_liveness =
+            std::min(next_liveness, std::max(p.liveness.NextProbe(), now + kMinLivenessGap));
       }
       switch (verdict) {
         case PeerLiveness::Verdict::kIdle:
         case PeerLiveness::Verdict::kAlive:
           break;
         case PeerLiveness::Verdict::kProbe:
-          SendLiveness(c, p, PacketType::kPing, ++p.pings);
+          SendLiveness(c, p, PacketType::kPing, p.liveness.NextPingId());
           break;
-        case PeerLiveness::Verdict::kDead: {
+        case PeerLiveness::Verdict::kDead:
           Bump(stats.peers_dead);
-          const std::string why =
-              !p.gone_reason.empty() ? p.gone_reason
-              : p.live.unreachable()
-                  ? absl::StrCat("peer rank ", p.rank, " is gone: ", io->UnreachableCause())
-                  : absl::StrCat("peer rank ", p.rank, " is gone: no packet from it for ",
-                                 p.live.dead_after().count(),
-                                 " ms while operations with it were pending "
-                                 "(OPTIREDUCE_PEER_DEAD_MS)");
-          FailContext(c, absl::StrCat("rank ", c.rank, ": ", why),
-                      p.gone_blame >= 0 ? p.gone_blame : p.rank);
+          FailContext(c,
+                      absl::StrCat("rank ", c.rank, ": ",
+                                   p.liveness.DeathReason(io->UnreachableCause())),
+                      p.liveness.BlamedRank());
           break;
-        }
       }
       if (c.failed) break;
     }
@@ -181,27 +175,13 @@ void Engine::Impl::SendLiveness(Ctx& c, Peer& p, PacketType type, uint64_t id) {
 }
 
 void Engine::Impl::HandleAbort(Ctx& c, Peer& p, const WireHeader& h) {
-  const int blamed = AbortBlamedRank(h, c.size);
-  if (blamed >= 0 && blamed != p.rank && blamed != c.rank) {
-    p.gone_reason = absl::StrCat("peer rank ", blamed, " is gone (rank ", p.rank,
-                                 "'s context failed on it and closed its connection)");
-    p.gone_blame = blamed;
-  } else {
-    p.gone_reason = absl::StrCat("peer rank ", p.rank, " closed the connection: its context failed",
-                                 blamed == c.rank ? " (it lost contact with this rank)"
-                                                  : " (a wait there timed out)");
-    p.gone_blame = p.rank;
-  }
-  p.live.Unreachable();
+  p.liveness.Aborted(c.rank, AbortBlamedRank(h, c.size));
   // The blamed rank is gone for this context too (the group shares its fate): what
   // is pending with it fails now rather than at this rank's own next probe.
-  if (p.gone_blame != p.rank) {
-    Peer& x = c.peers[p.gone_blame];
-    if (x.connected && x.gone_reason.empty()) {
-      x.gone_reason = p.gone_reason;
-      x.gone_blame = p.gone_blame;
-      x.live.Unreachable();
-    }
+  const int blamed = p.liveness.BlamedRank();
+  if (blamed != p.rank) {
+    Peer& x = c.peers[blamed];
+    if (x.connected) x.liveness.GoneWith(p.liveness);
   }
   next_liveness = Clock::now();  // judged in this iteration if something is pending
 }
@@ -330,15 +310,15 @@ void Engine::Impl::ReapClosing(Clock::time_point now) {
 bool Engine::Impl::CloseSettled(Ctx& c, Peer& p, Clock::time_point now) {
   // Never connected, or the handshake never completed: nothing between us. A peer whose
   // address the network reports unreachable is gone.
-  if (!p.connected || p.unacked_base == 0 || p.live.unreachable()) return true;
+  if (!p.connected || p.unacked_base == 0 || p.liveness.unreachable()) return true;
   if (!NothingOutstanding(p) || p.acks->Pending()) return false;
-  if (p.close_confirmed) return true;
-  if (now >= p.next_close_probe && c.token != 0) {
-    p.next_close_probe = now + kCloseProbeEvery;
+  if (p.close.confirmed()) return true;
+  if (c.token == 0) return false;  // the peer would drop a probe
+  if (const uint64_t id = p.close.ProbeDue(now)) {
     WireHeader h;
     FillHeader(c, p, &h);
     h.type = static_cast<uint8_t>(PacketType::kPing);
-    h.message_id = ++p.close_probe_id;
+    h.message_id = id;
     SetCloseProbe(&h);
     Emit(p, h, nullptr, 0);
     Bump(stats.close_probes_sent);

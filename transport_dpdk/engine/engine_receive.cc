@@ -90,17 +90,14 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
     Bump(stats.failed_context);
     return;
   }
-  p.live.Heard(Clock::now(), static_cast<PacketType>(h.type) == PacketType::kPong);
-  if (!p.gone_reason.empty()) {  // it spoke: whoever said it was gone was wrong
-    p.gone_reason.clear();
-    p.gone_blame = -1;
-  }
+  // It spoke: alive, whatever anyone said about it.
+  p.liveness.Heard(Clock::now(), static_cast<PacketType>(h.type) == PacketType::kPong);
   switch (static_cast<PacketType>(h.type)) {
     case PacketType::kPing:
       if (IsCloseProbe(h)) {
         // A closing peer asks whether we wait for anything of its: answered whatever
         // our own state (open or closing).
-        p.peer_closing = true;
+        p.close.PeerClosing();
         WireHeader pong;
         FillHeader(c, p, &pong);
         pong.type = static_cast<uint8_t>(PacketType::kPong);
@@ -115,10 +112,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
       return;
     case PacketType::kPong:
       Bump(stats.pongs_received);
-      if (c.closing && IsCloseSettled(h) && h.message_id > p.close_probe_floor &&
-          h.message_id <= p.close_probe_id) {
-        p.close_confirmed = true;
-      }
+      if (c.closing) p.close.Answered(h.message_id, IsCloseSettled(h));
       return;
     case PacketType::kAbort:
       HandleAbort(c, p, h);
@@ -146,8 +140,7 @@ void Engine::Impl::Dispatch(Ctx& c, const WireHeader& h, const uint8_t* payload)
   if (ack) return;
   // It sent something: ask again once it is acknowledged (answers to earlier probes
   // describe it before this packet).
-  p.close_confirmed = false;
-  p.close_probe_floor = p.close_probe_id;
+  p.close.SequencedArrival();
   switch (p.rx.Classify(h.seq)) {
     case ReceiveWindow::Verdict::kDuplicate:
       Bump(stats.duplicates);

@@ -17,8 +17,9 @@
 #include "transport_dpdk/bounded/bounded_sender.h"
 #include "transport_dpdk/engine/engine.h"
 #include "transport_dpdk/engine/payload_pool.h"
+#include "transport_dpdk/engine/peer_close_state.h"
+#include "transport_dpdk/engine/peer_liveness_state.h"
 #include "transport_dpdk/reliable/ack_scheduler.h"
-#include "transport_dpdk/reliable/peer_liveness.h"
 #include "transport_dpdk/reliable/receive_window.h"
 #include "transport_dpdk/reliable/reliable_sender.h"
 #include "transport_dpdk/wire/wire_format.h"
@@ -164,28 +165,13 @@ struct Peer {
   uint64_t next_announce = 0;
   uint64_t eager_stashed = 0;
   std::map<uint64_t, std::deque<std::shared_ptr<InMsg>>> buffer_arrivals;
-  // --- liveness (see reliable/peer_liveness.h) ---
-  PeerLiveness live;
-  uint64_t pings = 0;
-  // Set by the peer's ABORT: why it is gone, and the rank that failure blames.
-  std::string gone_reason;
-  int gone_blame = -1;
-  // --- closing (see ReapClosing) ---
-  // The peer answered a close probe of ours with "settled": it has nothing of ours to
-  // wait for (no packet to us unacknowledged or queued). Cleared by any sequenced packet
-  // from it. Probes go out every kCloseProbeEvery, which can be shorter than the round
-  // trip (both progress threads sleeping), so an answer to any probe sent after the
-  // last clearing counts (ids in (close_probe_floor, close_probe_id]); one to an older
-  // probe may describe the peer before the packet that cleared it.
-  bool close_confirmed = false;
-  // The peer's context is closing: it sent us a close probe (its user destroyed the
-  // context). Nothing new comes from it; a receive from several sources does not wait on
-  // it while another of them is open (CheckLiveness), as Gloo's TCP pair closed by its
-  // peer fails only what was posted on that pair.
-  bool peer_closing = false;
-  uint64_t close_probe_id = 0;
-  uint64_t close_probe_floor = 0;
-  Clock::time_point next_close_probe{};
+  // --- liveness: probes, PING ids, why it is gone (engine/peer_liveness_state.h) ---
+  PeerLivenessState liveness;
+  // --- closing (engine/peer_close_state.h, ReapClosing): whether the peer's context is
+  // closing (a receive from several sources does not wait on it while another of them is
+  // open, CheckLiveness, as Gloo's TCP pair closed by its peer fails only what was posted
+  // on that pair), and our close probes and its confirmation while ours closes ---
+  PeerCloseState close;
 };
 
 // A destroyed context's addressing, kept after it is released so that a peer's close
@@ -199,11 +185,6 @@ struct ClosedCtx {
   std::vector<char> connected;
 };
 constexpr size_t kMaxClosedContexts = 64;
-// An ICMP report quoting one of the last this many PINGs to a peer (liveness or close
-// probes) counts as quoting a PING in flight (ReportProvesGone).
-constexpr uint64_t kPingsInFlight = 64;
-// How often a closing context asks a peer that has not confirmed yet.
-constexpr us kCloseProbeEvery{1000};
 
 struct Arrival {
   int peer;

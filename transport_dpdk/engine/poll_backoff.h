@@ -15,7 +15,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "transport_dpdk/attr.h"
+#include "transport_dpdk/engine/engine_options.h"
 
 namespace optireduce {
 namespace transport {

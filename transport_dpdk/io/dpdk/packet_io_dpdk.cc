@@ -106,13 +106,13 @@ absl::StatusOr<uint32_t> ChooseMtu(const dpdk::attr& a, const std::vector<uint16
 // and the TX backlog's cap in frames (*backlog_cap, from attr.tx_backlog).
 dpdk::PortRequest RingRequest(const dpdk::attr& a, const std::vector<uint16_t>& ids,
                               uint32_t mtu, bool set_mtu, uint32_t max_datagram,
-                              uint32_t* backlog_cap) {
+                              size_t window_bytes, uint32_t* backlog_cap) {
   // Rings: enough receive descriptors for a window of datagrams (the engine
   // sizes its window from what we can buffer), within sane bounds.
   // A mesh port serves one peer, and the engine shares its receive buffer
   // among all peers: split the window's frames across the ports.
   const uint64_t window_frames = std::max<uint64_t>(
-      1, a.engine.window_bytes / max_datagram / ids.size());
+      1, window_bytes / max_datagram / ids.size());
   dpdk::PortRequest req;
   req.max_frame = mtu + dpdk::kEthHeader;
   req.mtu = set_mtu ? mtu : 0;
@@ -172,7 +172,7 @@ absl::StatusOr<uint32_t> Ipv4Of(const dpdk::attr& a, const dpdk::Mac& mac) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
-    const dpdk::attr& a) {
+    const dpdk::attr& a, size_t window_bytes) {
   if (a.tx_backlog < 32 || a.tx_backlog > kTxBacklogFrames) {
     return absl::InvalidArgumentError(absl::StrCat(
         "dpdk attr.tx_backlog=", a.tx_backlog, " is not valid; allowed values: an integer 32..",
@@ -198,7 +198,7 @@ absl::StatusOr<std::unique_ptr<DpdkPacketIo>> DpdkPacketIo::Create(
   io->udp_checksum_ = a.udp_checksum;
   uint32_t backlog_cap = 0;
   const dpdk::PortRequest req =
-      RingRequest(a, *ids, *mtu, set_mtu, io->max_datagram_, &backlog_cap);
+      RingRequest(a, *ids, *mtu, set_mtu, io->max_datagram_, window_bytes, &backlog_cap);
   for (uint16_t id : *ids) {
     auto port = dpdk::OpenPort::Open(id, req);
     if (!port.ok()) return port.status();

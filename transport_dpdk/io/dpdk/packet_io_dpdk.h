@@ -49,9 +49,11 @@ namespace transport {
 
 class DpdkPacketIo : public PacketIo, public IoWaits {
  public:
-  // Initialises the EAL if needed (see dpdk_eal.h) and opens the ports.
+  // Initialises the EAL if needed (see dpdk_eal.h) and opens the ports. window_bytes is
+  // the engine's per-peer window (EngineOptions::window_bytes): the receive rings are
+  // sized to hold it (unless attr.rx_descriptors is set).
   static absl::StatusOr<std::unique_ptr<DpdkPacketIo>> Create(
-      const dpdk::attr& attr);
+      const dpdk::attr& attr, size_t window_bytes);
   ~DpdkPacketIo() override;
 
   std::string Describe() const override;
