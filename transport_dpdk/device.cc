@@ -53,15 +53,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
   const size_t rx = std::max<size_t>((*io)->ReceiveBufferBytes() / 2, 256 << 10);
   return CreateDeviceOverIo(std::move(*io), engine, rx);
 }
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
-  return CreateDeviceOrError(a, EngineOptions());
-}
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
                                                         const EngineOptions& engine) {
   return DeviceOrThrow(CreateDeviceOrError(a, engine), "udp::CreateDevice");
-}
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return CreateDevice(a, EngineOptions());
 }
 }  // namespace udp
 
@@ -75,15 +69,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
   auto io = std::make_unique<LoopPacketIo>(a.max_datagram, a.queue_capacity);
   return CreateDeviceOverIo(std::move(io), engine, a.queue_capacity * a.max_datagram / 2);
 }
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
-  return CreateDeviceOrError(a, EngineOptions());
-}
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
                                                         const EngineOptions& engine) {
   return DeviceOrThrow(CreateDeviceOrError(a, engine), "loop::CreateDevice");
-}
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return CreateDevice(a, EngineOptions());
 }
 }  // namespace loop
 

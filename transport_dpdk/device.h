@@ -51,25 +51,21 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOverIo(
 std::shared_ptr<::gloo::transport::Device> DeviceOrThrow(
     absl::StatusOr<std::shared_ptr<Device>> device, const char* what);
 
-// Every backend's factory takes its attr and the engine's options; the overload without
-// options uses EngineOptions' defaults.
+// Every backend's factory takes its attr and the engine's options (EngineOptions'
+// defaults when left out).
 namespace udp {
 // Throws gloo::InvalidOperationException on bad attributes or socket errors.
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
-                                                        const EngineOptions& engine);
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);
+                                                        const EngineOptions& engine = {});
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
-                                                            const EngineOptions& engine);
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
+                                                            const EngineOptions& engine = {});
 }  // namespace udp
 
 namespace loop {
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
-                                                        const EngineOptions& engine);
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr = {});
+std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr = {},
+                                                        const EngineOptions& engine = {});
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
-                                                            const EngineOptions& engine);
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
+                                                            const EngineOptions& engine = {});
 }  // namespace loop
 
 }  // namespace transport

@@ -23,17 +23,9 @@ absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a,
   return CreateDeviceOverIo(std::move(*io), engine, rx);
 }
 
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& a) {
-  return CreateDeviceOrError(a, EngineOptions());
-}
-
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a,
                                                         const EngineOptions& engine) {
   return DeviceOrThrow(CreateDeviceOrError(a, engine), "dpdk::CreateDevice");
-}
-
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& a) {
-  return CreateDevice(a, EngineOptions());
 }
 
 std::string MemifMeshEalArgs(const std::string& dir, int rank, int size,

@@ -26,14 +26,12 @@ namespace optireduce {
 namespace transport {
 namespace dpdk {
 
-// Throws gloo::InvalidOperationException naming the problem. The overloads without
-// engine options use EngineOptions' defaults.
+// Throws gloo::InvalidOperationException naming the problem. Without engine options,
+// EngineOptions' defaults.
 std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr,
-                                                        const EngineOptions& engine);
-std::shared_ptr<::gloo::transport::Device> CreateDevice(const attr& attr);
+                                                        const EngineOptions& engine = {});
 absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr,
-                                                            const EngineOptions& engine);
-absl::StatusOr<std::shared_ptr<Device>> CreateDeviceOrError(const attr& attr);
+                                                            const EngineOptions& engine = {});
 
 // EAL --vdev arguments for rank `rank` of a full memif mesh of `size` ranks
 // whose sockets live in `socket_dir` (link i<j: rank i is the server of
