@@ -427,8 +427,8 @@ def section_scaling(a, d):
     lines += md_table(["ranks", "size", "ring_chunked", "flat TAR", "2D TAR", "2D / flat",
                        "model flat", "model 2D"], rows)
     lines += ["", "Fitted costs (a per message, b' per byte, k the contention of ranks "
-              "sharing a core; least squares on log(model / measured), non-negative; 2D TAR "
-              "uses flat TAR's):", ""]
+              "sharing a core; least squares on log(model / measured), non-negative; each "
+              "algorithm to its own points):", ""]
     lines += md_table(["algorithm", "a µs", "b' ns/B", "k µs", "points", "rms rel. error"],
                       [[names[r["algo"]], "%.2f" % float(r["alpha_us"]),
                         "%.3f" % float(r["beta_ns_per_byte"]), "%.2f" % float(r["kappa_us"]),

@@ -31,8 +31,9 @@ Time of one allreduce (us): t = s(m a + b b') + s^2 m k + d delta + r lambda
   one-way network latency delta; r the expected number of steps a lost packet stalls
   (each step stalls when any of its packets, over all ranks, is lost) times lambda, the
   cost of one repair. a, b', k per algorithm are fitted by least squares on
-  log(model / measured) (every coefficient non-negative) to measured p50 times; 2D TAR uses flat TAR's
-  (the same transport and reduction code). On a cluster (--cores 0: one core per rank,
+  log(model / measured) (every coefficient non-negative) to measured p50 times, 2D TAR's
+  to its own (its stages add their own per-message work); without 2D measurements it
+  uses flat TAR's (the same transport and reduction code). On a cluster (--cores 0: one core per rank,
   s = 1) the byte cost is the larger of the fitted b' and the link's 8/Gbit per s.
 """
 
@@ -241,9 +242,9 @@ def fit(rows, nfeat=3, log=True):
 
 
 def fit_measured(measured, chunk=DEFAULT_CHUNK):
-    """Per algorithm measured (ring, flat): {algo: ((a, b', k), rms rel err, points)}."""
+    """Per algorithm measured (ring, flat, 2d): {algo: ((a, b', k), rms rel err, points)}."""
     out = {}
-    for algo in ("ring", "flat"):
+    for algo in ALGOS:
         rows = []
         for r in measured:
             if r["algo"] != algo:
@@ -400,7 +401,7 @@ def costs_of(a, fitted):
             costs[algo] = fitted[algo][0]
         else:
             costs[algo] = DEFAULT_COSTS[algo]
-    costs["2d"] = costs["flat"]
+    costs["2d"] = fitted["2d"][0] if "2d" in fitted and not a.flat else costs["flat"]
     return costs
 
 
@@ -445,9 +446,11 @@ def model(a):
     out.append("Costs (a: per message, b': per byte, k: contention of ranks sharing a core):")
     rows = []
     fit_rows = []
-    for algo in ("ring", "flat"):
+    for algo in ALGOS:
+        if algo == "2d" and ("2d" not in fitted or a.flat):
+            continue
         c = costs[algo]
-        src = ("flag" if getattr(a, algo) else
+        src = ("flag" if getattr(a, algo, None) else
                "fit of %d points, rms rel. err %.2f" % (fitted[algo][2], fitted[algo][1])
                if algo in fitted else "built-in")
         rows.append([NAMES[algo], "%.2f" % c[0], "%.4f" % c[1], "%.3f" % c[2], src])
@@ -455,7 +458,8 @@ def model(a):
                              points=fitted[algo][2] if algo in fitted else 0,
                              rms_rel_err=fitted[algo][1] if algo in fitted else ""))
     out.append(table(["algorithm", "a us", "b' ns/B", "k us", "source"], rows))
-    out.append("2D TAR uses flat TAR's costs.")
+    if "2d" not in fitted or a.flat:
+        out.append("2D TAR uses flat TAR's costs.")
     write_csv(a.fit_csv, fit_rows)
 
     if measured:

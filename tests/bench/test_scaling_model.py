@@ -75,6 +75,20 @@ def test_fit_recovers_known_costs():
         assert got == pytest.approx(want, rel=1e-6)
 
 
+def test_2d_tar_is_fitted_to_its_own_points_else_takes_flat_tars_costs():
+    costs = {"ring": (30.0, 0.5, 6.0), "flat": (40.0, 0.45, 7.0), "2d": (70.0, 0.45, 7.0)}
+    rows = synthetic(costs)
+    rows += [dict(algo="2d", ranks=n, bytes=b, cores=2,
+                  p50_us=sm.predict_us("2d", n, b, costs["2d"], 2))
+             for n in (4, 8, 16) for b in (256 << 10, 1 << 20, 4 << 20, 16 << 20)]
+    args = sm.parse_args([])
+    got = sm.costs_of(args, sm.fit_measured(rows))
+    assert got["2d"] == pytest.approx(costs["2d"], rel=1e-6)
+    assert got["flat"] == pytest.approx(costs["flat"], rel=1e-6)
+    without = sm.costs_of(args, sm.fit_measured(synthetic(costs)))
+    assert without["2d"] == without["flat"]
+
+
 def test_fit_is_close_under_noise_and_never_negative():
     costs = {"ring": (30.0, 0.5, 6.0), "flat": (40.0, 0.45, 7.0)}
     fitted = sm.fit_measured(synthetic(costs, noise=0.05))
