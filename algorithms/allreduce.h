@@ -120,7 +120,7 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   // kAuto's switch-over: two-level TAR from this many ranks on. Chosen by the scaling model
   // (bench/README.md): below it flat TAR's N-1 messages per phase cost less than the extra
   // round two-level TAR adds.
-  static constexpr int kTwoLevelMinRanks = 64;
+  static constexpr int kTwoLevelMinRanks = 128;
   // The loss limit of every entry point (this API, OPTIREDUCE_MAX_LOSS, optireduce-bench).
   static constexpr double kDefaultMaxLoss = optireduce::kDefaultMaxLoss;
   // OptiReduce mode's default Hadamard block (2^17 elements): a lost 1 KiB packet's damage

@@ -35,7 +35,7 @@ const std::vector<VariableDoc>& Table() {
        "randomized Hadamard transform of float sums (default: off for transpose, on for "
        "optireduce)"},
       {"OPTIREDUCE_LAYOUT", "", "auto | flat | two-level | two-level:G (G >= 2)",
-       "Transpose AllReduce's layout: auto (default: two-level from 64 ranks on), flat, or "
+       "Transpose AllReduce's layout: auto (default: two-level from 128 ranks on), flat, or "
        "two-level with groups of G ranks (default G: the largest divisor of the rank count "
        "that is at most its square root); OptiReduce mode runs flat TAR"},
       {"OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", "integer >= 0 (milliseconds)",

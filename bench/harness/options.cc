@@ -141,7 +141,7 @@ std::string BenchUsage(const char* argv0) {
       "                            repairs, then flags damage (default 0.05, as the library)\n"
       "      --layout=flat|2d|auto transpose, optireduce: TAR's layout: flat, two-level\n"
       "                            (2d: groups of --group-size) or the library's choice\n"
-      "                            (auto, default: two-level from 64 ranks)\n"
+      "                            (auto, default: two-level from 128 ranks)\n"
       "      --group-size=G        transpose, optireduce: two-level TAR's group size, a\n"
       "                            divisor of the ranks (default 0: the library's choice,\n"
       "                            the largest divisor up to sqrt(N))\n"

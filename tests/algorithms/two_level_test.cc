@@ -312,7 +312,7 @@ int GroupSizeRun(const std::shared_ptr<gloo::Context>& ctx, Layout layout, size_
 }
 
 TEST(TwoLevel, AutoIsFlatBelowTheSwitchOverAndForPrimeRankCounts) {
-  static_assert(AllreduceOptions::kTwoLevelMinRanks == 64);
+  static_assert(AllreduceOptions::kTwoLevelMinRanks == 128);
   testing::RunThreads(12, [&](const std::shared_ptr<gloo::Context>& ctx) {
     EXPECT_EQ(GroupSizeRun(ctx, Layout::kAuto, 0), 0);
     EXPECT_EQ(GroupSizeRun(ctx, Layout::kAuto, 4), 0);
