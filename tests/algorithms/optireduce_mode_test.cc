@@ -286,12 +286,13 @@ TEST(OptiReduceModeLoop, IncastControlFollowsEachOperationsLoss) {
     for (uint64_t step = 0; step < 3 + transport::IncastControl::kCleanOpsToGrow + 1; step++) {
       Result r = Reduce(ctx, policy, step % 4, 0.05);
       if (r.stats.mode != OpMode::kBounded) continue;
-      // What the engine is told: the share of both phases' bytes that had not arrived
-      // before repairs (bounded_transpose.cc), not loss_pct (what stayed deferred after
-      // them, 0 here: repairs make a late or lossy phase whole on the loop device).
+      // What the engine is told: the share of both phases' bytes lost on the way (holes
+      // below the furthest byte that arrived, before repairs: bounded_transpose.cc), not
+      // what was still in flight, nor loss_pct (what stayed deferred after repairs, 0 here:
+      // repairs make a late or lossy phase whole on the loop device).
       const uint64_t expected = r.stats.phase[0].bytes_expected + r.stats.phase[1].bytes_expected;
-      const uint64_t received = r.stats.phase[0].bytes_received + r.stats.phase[1].bytes_received;
-      model.OnOperation(expected == 0 ? 0.0 : 1.0 - static_cast<double>(received) / expected,
+      const uint64_t holes = r.stats.phase[0].bytes_in_holes + r.stats.phase[1].bytes_in_holes;
+      model.OnOperation(expected == 0 ? 0.0 : static_cast<double>(holes) / expected,
                         r.stats.RanLate());
     }
     EXPECT_EQ(endpoint->ConcurrentSenders(), model.senders());
