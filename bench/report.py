@@ -162,8 +162,9 @@ def section_demo(a, d):
     lines += md_table(LAB_HEADER, lab_rows_md(summary))
     lines += ["", "p99 vs Gloo: this row's p99 over Gloo ring_chunked's. Injected loss: the "
               "share of packets the lab's drop lost while the row ran (the same drop for every "
-              "row). Data lost: what OptiReduce mode did not receive and filled in (mean per "
-              "operation); damaged ops: the operations it flagged. Rel. error: "
+              "row). Deferred: OptiReduce mode's mean share of the exact sum that missed its "
+              "operation's deadline, carried into the next operation by its senders; damaged "
+              "ops: the operations it flagged. Rel. error: "
               "of one more operation after the timed ones, against the exact sum.", "", "![latency CDF](%s)" % rel_link(a, d, "cdf.png"),
               "", "CSV: [summary](%s), [every iteration](%s)." % (
                   rel_link(a, d, "summary.csv"), rel_link(a, d, "samples.csv"))]

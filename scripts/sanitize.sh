@@ -25,7 +25,8 @@ COMMON=(-G Ninja -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CXX_FLAGS=-g1"
         -DOPTIREDUCE_WITH_TORCH=OFF -DOPTIREDUCE_BUILD_BENCH=OFF -DOPTIREDUCE_WITH_DPDK=OFF)
 
 configure() {  # dir sanitizer
-  if ! grep -q "OPTIREDUCE_SANITIZE:STRING=$2\$" "$1/CMakeCache.txt" 2>/dev/null ||
+  if [ ! -f "$1/build.ninja" ] ||
+     ! grep -q "OPTIREDUCE_SANITIZE:STRING=$2\$" "$1/CMakeCache.txt" 2>/dev/null ||
      grep -q "OPTIREDUCE_WITH_DPDK:BOOL=ON" "$1/CMakeCache.txt"; then
     cmake -S . -B "$1" "${COMMON[@]}" "-DOPTIREDUCE_SANITIZE=$2" >/dev/null
   fi
