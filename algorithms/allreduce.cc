@@ -42,6 +42,10 @@ using Clock = std::chrono::steady_clock;
 constexpr uint8_t kTransposeSlotPrefix = 0x20;
 // Two-level TAR's four data slots (exact_transpose.h), apart from every flat TAR slot.
 constexpr uint8_t kTwoLevelSlotPrefix = 0x21;
+// Two-level OptiReduce mode's exact slots (its group's sizes, phase A, the column decisions,
+// phase C), apart from exact two-level TAR's: a rank that calibrates while its peers run
+// bounded never matches their data.
+constexpr uint8_t kTwoLevelBoundedSlotPrefix = 0x22;
 // A Gloo slot leaves 24 bits below the tag: TAR's two data slots, then one agreement slot
 // per operation of the tag (its sequence, wrapping after 2^22 operations), then recursive
 // doubling's.
@@ -79,8 +83,7 @@ struct Job {
   TimeoutPolicy* policy{};
   BoundedChannel* channel{};  // override; nullptr: the context transport's own
   OpStats* stats_out{};
-  // Two-level TAR's group size (1 < G < N) for the exact TAR this operation may run; 0:
-  // flat (ResolveGroupSize). OptiReduce mode runs flat TAR whatever it says.
+  // Two-level TAR's group size (1 < G < N); 0: flat (ResolveGroupSize).
   int group_size{};
 };
 
@@ -288,7 +291,7 @@ void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& dead
   tar.max_segment_bytes = job.max_segment_bytes;
   tar.pipeline_chunk_bytes = job.pipeline_chunk_bytes;
   tar.deadline = &deadline;
-  if (job.group_size > 1 && !job.bounded) {
+  if (job.group_size > 1) {
     TwoLevelTransposeAllreduce(tar, data, g.elements, job.group_size,
                                gloo::Slot::build(kTwoLevelSlotPrefix, g.tag));
   } else {
@@ -335,6 +338,173 @@ void InvalidateOutputs(const Job& job) {
                   std::numeric_limits<float>::quiet_NaN());
     }
   }
+}
+
+ExactTar ExactTarOf(const Job& job, const Deadline& deadline) {
+  const Impl& g = job.gloo;
+  ExactTar tar;
+  tar.context = g.context.get();
+  tar.element_size = g.elementSize;
+  tar.reduce = &g.reduce;
+  tar.tag = g.tag;
+  tar.max_segment_bytes = job.max_segment_bytes;
+  tar.pipeline_chunk_bytes = 0;  // the bounded phase is not pipelined: neither are A and C
+  tar.deadline = &deadline;
+  return tar;
+}
+
+// Two-level OptiReduce mode, before any data moves: the members of this rank's group
+// exchange their element counts (phase A would otherwise cut different parts), and a
+// mismatch raises gloo::EnforceNotMet naming both counts. Ranks of other groups learn of
+// a different size from phase B's packets (BoundedReceive::SizeAgreement).
+void CheckGroupSizes(const Job& job, uint64_t slot, const Deadline& deadline) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const Team group = Team::Group(ctx.rank, job.group_size);
+  uint64_t mine = g.elements;
+  std::vector<uint64_t> theirs(group.size, 0);
+  auto send_buf = ctx.createUnboundBuffer(&mine, sizeof(mine));
+  auto recv_buf = ctx.createUnboundBuffer(theirs.data(), theirs.size() * sizeof(uint64_t));
+  for (int m = 0; m < group.size; m++) {
+    if (m == group.member) continue;
+    recv_buf->recv(group.Rank(m), slot, m * sizeof(uint64_t), sizeof(uint64_t));
+    send_buf->send(group.Rank(m), slot, 0, sizeof(uint64_t));
+  }
+  for (int i = 0; i < group.size - 1; i++) {
+    WaitOne(*recv_buf, /*recv=*/true, "exchanging operation sizes with", -1, g.tag, deadline);
+  }
+  for (int i = 0; i < group.size - 1; i++) {
+    WaitOne(*send_buf, /*recv=*/false, "sending operation sizes to", -1, g.tag, deadline);
+  }
+  for (int m = 0; m < group.size; m++) {
+    if (m == group.member) continue;
+    GLOO_ENFORCE(theirs[m] == mine, "optireduce::allreduce (tag ", g.tag, "): rank ", ctx.rank,
+                 " has ", mine, " elements but rank ", group.Rank(m), " of its group has ",
+                 theirs[m], " elements");
+  }
+}
+
+// Inverse Hadamard transform of the blocks of `data` that overlap elements [begin, end).
+template <typename T>
+void InverseBlocksOver(T* data, size_t elements, size_t begin, size_t end, uint64_t seed,
+                       const hadamard::Options& options) {
+  for (const hadamard::Block& block : hadamard::Blocks(elements, options)) {
+    const size_t b0 = block.offset;
+    const size_t b1 = b0 + (size_t{1} << block.log2_size);
+    if (b1 > begin && b0 < end) hadamard::InverseBlock(data, block, seed, options);
+  }
+}
+
+// Two-level OptiReduce mode (algorithms/README.md, "Two-level OptiReduce mode"), after
+// CheckGroupSizes and the forward transform: phase A exact within the group, phase B a
+// bounded TAR of this rank's part among the ranks of its member index (`args`, prepared
+// as for flat TAR, is narrowed to it), phase C exact within the group, while the group's
+// members exchange their columns' decisions. Returns the decision over every context rank:
+// rank q·G + m is counted when column m's decision counted member q (its group's sum of
+// part m was applied). `*carry` gets what of this rank's phase-B contribution (its group's
+// sum of its part) was not applied, transformed back, as `elements` values; empty when
+// nothing. Fills the stats' deferral fields from the whole decision: the same on every rank.
+Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slot_base,
+                         const Deadline& deadline, const std::vector<bool>& must_wait,
+                         uint64_t op_key, std::vector<char>* carry, OpStats* stats) {
+  const Impl& g = job.gloo;
+  gloo::Context& ctx = *g.context;
+  const int group_size = job.group_size;
+  const int n = ctx.size;
+  const int columns_ranks = n / group_size;  // ranks per column (the groups)
+  const Team group = Team::Group(ctx.rank, group_size);
+  const Team across = Team::Across(ctx.rank, n, group_size);
+  const size_t esz = g.elementSize;
+  const ExactTar tar = ExactTarOf(job, deadline);
+  char* data = args.data;
+
+  TwoLevelScatter(tar, data, g.elements, group_size, slot_base + 1);
+
+  size_t part_count = 0;
+  const size_t part_begin = TwoLevelPart(g.elements, group_size, group.member, &part_count);
+  Decision column;
+  column.counted.assign(columns_ranks, true);
+  std::vector<char> part_carry;
+  if (part_count > 0) {
+    args.team = across;
+    args.data = data + part_begin * esz;
+    args.elements = part_count;
+    args.op_elements = g.elements;
+    args.inverse_hadamard = false;
+    args.leader = LeaderOf(op_key, columns_ranks);
+    args.must_wait.assign(columns_ranks, false);
+    if (!must_wait.empty()) {
+      for (int q = 0; q < columns_ranks; q++) args.must_wait[q] = must_wait[across.Rank(q)];
+    }
+    args.decision_out = &column;
+    args.carry_out = &part_carry;
+    BoundedTranspose(args, stats);
+  }
+
+  // The columns' decisions within the group, a byte per rank of a column, while phase C
+  // runs.
+  std::vector<uint8_t> flags(static_cast<size_t>(group_size) * columns_ranks, 0);
+  for (int q = 0; q < columns_ranks; q++) {
+    flags[group.member * columns_ranks + q] = column.counted[q] ? 1 : 0;
+  }
+  auto flags_buf = ctx.createUnboundBuffer(flags.data(), flags.size());
+  const size_t row = columns_ranks;
+  for (int m = 0; m < group_size; m++) {
+    if (m == group.member) continue;
+    flags_buf->recv(group.Rank(m), slot_base + 2, m * row, row);
+    flags_buf->send(group.Rank(m), slot_base + 2, group.member * row, row);
+  }
+  TwoLevelGather(tar, data, g.elements, group_size, slot_base + 3);
+  for (int i = 0; i < group_size - 1; i++) {
+    WaitOne(*flags_buf, /*recv=*/true, "exchanging decisions with", -1, g.tag, deadline);
+  }
+  for (int i = 0; i < group_size - 1; i++) {
+    WaitOne(*flags_buf, /*recv=*/false, "sending decisions to", -1, g.tag, deadline);
+  }
+
+  Decision whole;
+  whole.op = column.op;
+  whole.decider = -1;
+  whole.counted.assign(n, false);
+  uint64_t applied = 0;  // (element, contribution) pairs summed into the result
+  for (int m = 0; m < group_size; m++) {
+    size_t count = 0;
+    TwoLevelPart(g.elements, group_size, m, &count);
+    const TransposePlan pieces(count, columns_ranks);
+    uint64_t counted_groups = 0;
+    for (int q = 0; q < columns_ranks; q++) counted_groups += flags[m * row + q];
+    for (int q = 0; q < columns_ranks; q++) {
+      whole.counted[q * group_size + m] = flags[m * row + q] != 0;
+      if (flags[m * row + q] != 0) {
+        applied += static_cast<uint64_t>(pieces.ShardCount(q)) * counted_groups * group_size;
+      }
+    }
+  }
+  stats->deferred_ranks.clear();
+  for (int r = 0; r < n; r++) {
+    if (!whole.counted[r]) stats->deferred_ranks.push_back(r);
+  }
+  const double total = static_cast<double>(g.elements) * n;
+  stats->deferred_pct = total == 0 ? 0.0 : 100.0 * (1.0 - applied / total);
+  stats->loss_pct = stats->deferred_pct;
+  stats->damaged = !stats->deferred_ranks.empty();
+
+  carry->clear();
+  if (!part_carry.empty()) {
+    carry->assign(g.elements * esz, 0);
+    std::memcpy(carry->data() + part_begin * esz, part_carry.data(), part_count * esz);
+    if (job.hadamard) {
+      const hadamard::Options options = HadamardOptions(job);
+      if (job.type == DataType::kFloat64) {
+        InverseBlocksOver(reinterpret_cast<double*>(carry->data()), g.elements, part_begin,
+                          part_begin + part_count, args.hadamard_seed, options);
+      } else {
+        InverseBlocksOver(reinterpret_cast<float*>(carry->data()), g.elements, part_begin,
+                          part_begin + part_count, args.hadamard_seed, options);
+      }
+    }
+  }
+  return whole;
 }
 
 void Run(Job job) {
@@ -401,7 +571,6 @@ void Run(Job job) {
     stats.bytes = bytes;
     stats.rank = ctx.rank;
     stats.size = ctx.size;
-    stats.flat_fallback = job.bounded && job.group_size > 1;
     const Deadline deadline(g.timeout);
     const uint64_t slot1 = gloo::Slot::build(kTransposeSlotPrefix, g.tag);
     const uint64_t slot2 = gloo::Slot::build(kTransposeSlotPrefix, g.tag) + uint8_t{1};
@@ -450,6 +619,15 @@ void Run(Job job) {
       // OptiReduce mode. No agreement exchange here: it would wait for the slowest rank.
       stats.mode = OpMode::kBounded;
       stats.op = bounded_op;
+      const uint64_t two_level_slots = gloo::Slot::build(kTwoLevelBoundedSlotPrefix, g.tag);
+      if (job.group_size > 1) {
+        try {
+          CheckGroupSizes(job, two_level_slots, deadline);
+        } catch (const gloo::EnforceNotMet&) {
+          InvalidateOutputs(job);
+          throw;
+        }
+      }
       if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
       BoundedTransposeArgs args;
       args.context = &ctx;
@@ -477,7 +655,7 @@ void Run(Job job) {
       args.max_loss = job.max_loss;
       args.compensation = job.compensation;
       // The inverse transform runs inside, fused with the placement of the result.
-      args.inverse_hadamard = job.hadamard;
+      args.inverse_hadamard = job.hadamard && job.group_size <= 1;
       args.hadamard_seed = seed;
       args.hadamard = HadamardOptions(job);
       args.leader = LeaderOf(op.key, ctx.size);
@@ -497,7 +675,14 @@ void Run(Job job) {
       args.decision_out = &decision;
       args.carry_out = &carry;
       try {
-        BoundedTranspose(args, &stats);
+        if (job.group_size > 1) {
+          decision = BoundedTwoLevel(job, args, two_level_slots, deadline, wait_rule.must_wait,
+                                     op.key, &carry, &stats);
+          if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/false);
+          stats.group_size = job.group_size;
+        } else {
+          BoundedTranspose(args, &stats);
+        }
       } catch (const gloo::EnforceNotMet&) {
         // The ranks' sizes differ: the buffer holds part of a transformed reduction, which
         // must not pass for a result.
@@ -529,17 +714,24 @@ void Run(Job job) {
         // the bounded transpose is not pipelined: neither is its calibration.
         if (channel != nullptr) job.pipeline_chunk_bytes = 0;
         RunReliable(job, data, seed, deadline, slot1, slot2);
-        if (!job.bounded) stats.group_size = job.group_size;
+        stats.group_size = job.group_size;
       }
       stats.mode = channel != nullptr ? OpMode::kCalibration : OpMode::kReliable;
     }
     const auto elapsed = std::chrono::duration_cast<std::chrono::microseconds>(Clock::now() - start);
     stats.duration_ms = elapsed.count() / 1000.0;
     if (stats.mode == OpMode::kCalibration) {
-      // Outside the measured time: the bound must not include one-off page faults.
-      PrepareBoundedTranspose(job.type, g.elements, ctx.rank, ctx.size);
+      // Outside the measured time: the bound must not include one-off page faults. The
+      // bounded TAR of two-level OptiReduce mode is that of this rank's part in its column.
+      size_t tar_elements = g.elements;
+      Team team = Team::Flat(ctx.rank, ctx.size);
+      if (job.group_size > 1) {
+        TwoLevelPart(g.elements, job.group_size, ctx.rank % job.group_size, &tar_elements);
+        team = Team::Across(ctx.rank, ctx.size, job.group_size);
+      }
+      PrepareBoundedTranspose(job.type, tar_elements, team.member, team.size);
       // The reduced shard a bounded operation detaches for late repairs.
-      channel->ReserveDetach(TransposePlan(g.elements, ctx.size).ShardCount(ctx.rank) *
+      channel->ReserveDetach(TransposePlan(tar_elements, team.size).ShardCount(team.member) *
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {

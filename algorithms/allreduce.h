@@ -37,7 +37,8 @@ class AllreduceOptions : public gloo::AllreduceOptions {
     kBounded,   // OptiReduce mode: bounded time, tolerates loss (float sums only)
   };
 
-  // How exact TAR arranges the ranks (two_level_plan.h, exact_transpose.h).
+  // How TAR arranges the ranks, exact or in OptiReduce mode (two_level_plan.h,
+  // exact_transpose.h; algorithms/README.md).
   enum class Layout : uint8_t {
     kAuto,      // two-level from kTwoLevelMinRanks ranks on, when N has a divisor > 1
     kFlat,      // flat TAR: every rank sends to every rank
@@ -67,11 +68,12 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   // the whole buffer cost less than TAR's 2(N-1) messages while per-message cost dominates.
   // 0: always TAR. OptiReduce mode (bounded) is not affected.
   void setSmallMessageBytes(size_t bytes) { small_message_bytes_ = bytes; }
-  // Exact TAR's layout. Two-level TAR: ranks in N/G groups of G run TAR's phase 1 within
-  // the group, a whole TAR across the groups between the ranks that own the same part, and
-  // phase 2 within the group: 2(G-1) + 2(N/G-1) messages per rank instead of 2(N-1).
-  // OptiReduce mode (kBounded) runs flat TAR whatever the layout (OpStats::flat_fallback);
-  // exact operations up to the small-message size run recursive doubling.
+  // TAR's layout. Two-level TAR: ranks in N/G groups of G run TAR's phase 1 within the
+  // group, a whole TAR across the groups between the ranks that own the same part, and
+  // phase 2 within the group: 2(G-1) + 2(N/G-1) messages per rank instead of 2(N-1). In
+  // OptiReduce mode (kBounded) the TAR across the groups is the bounded one and the
+  // phases within the group are exact (OpStats::group_size says which layout ran); exact
+  // operations up to the small-message size run recursive doubling.
   void setLayout(Layout layout) { layout_ = layout; }
   // Two-level TAR's group size G; 0: TwoLevelGroupSize(N). A G that does not divide N
   // raises gloo::EnforceNotMet (on every rank: it depends on the options alone). G = 1 or

@@ -71,8 +71,9 @@ void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion
 // Waits for the decision until the operation's timeout; *from names who sent it.
 void WaitDecision(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArgs& a,
                   Clock::time_point until, int* from) {
-  const std::string who = absl::StrCat("rank ", a.leader, " (this operation's leader) or rank ",
-                                       DeputyOf(a.leader, a.context->size), " (its deputy)");
+  const std::string who =
+      absl::StrCat("rank ", a.team.Rank(a.leader), " (this operation's leader) or rank ",
+                   a.team.Rank(DeputyOf(a.leader, a.team.size)), " (its deputy)");
   bool ok = false;
   const auto left = std::max(std::chrono::milliseconds(1),
                              std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()));
@@ -124,18 +125,21 @@ struct Placement {
   const T* src;
 };
 
+// `counted` is indexed by context rank, the plan by team member.
 template <typename T>
-std::vector<Placement<T>> Placements(const TransposePlan& plan,
+std::vector<Placement<T>> Placements(const TransposePlan& plan, const Team& team,
                                      const std::vector<BoundedRegion>& regions,
-                                     const std::vector<bool>& counted, int rank) {
+                                     const std::vector<bool>& counted) {
   std::vector<Placement<T>> parts;
   for (const BoundedRegion& r : regions) {
-    const size_t base = plan.ShardBegin(r.peer);
-    const size_t count = plan.ShardCount(r.peer);
+    const int owner = team.MemberOf(r.peer);
+    const size_t base = plan.ShardBegin(owner);
+    const size_t count = plan.ShardCount(owner);
     parts.push_back({base, base + count, counted[r.peer] ? static_cast<const T*>(r.dst) : nullptr});
   }
-  if (!counted[rank] && plan.ShardCount(rank) > 0) {
-    parts.push_back({plan.ShardBegin(rank), plan.ShardBegin(rank) + plan.ShardCount(rank), nullptr});
+  const int me = team.member;
+  if (!counted[team.Rank(me)] && plan.ShardCount(me) > 0) {
+    parts.push_back({plan.ShardBegin(me), plan.ShardBegin(me) + plan.ShardCount(me), nullptr});
   }
   std::sort(parts.begin(), parts.end(),
             [](const Placement<T>& x, const Placement<T>& y) { return x.begin < y.begin; });
@@ -154,10 +158,10 @@ void Place(T* data, const Placement<T>& part, size_t x0, size_t x1) {
 
 // Moves the reduced shards from scratch into place (Placements).
 template <typename T>
-void PlaceReducedShards(T* data, const TransposePlan& plan,
+void PlaceReducedShards(T* data, const TransposePlan& plan, const Team& team,
                         const std::vector<BoundedRegion>& regions,
-                        const std::vector<bool>& counted, int rank) {
-  for (const Placement<T>& part : Placements<T>(plan, regions, counted, rank)) {
+                        const std::vector<bool>& counted) {
+  for (const Placement<T>& part : Placements<T>(plan, team, regions, counted)) {
     Place(data, part, part.begin, part.end);
   }
 }
@@ -167,10 +171,10 @@ void PlaceReducedShards(T* data, const TransposePlan& plan,
 // elements are written, while it is still in cache.
 template <typename T>
 void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan& plan,
-                                  const std::vector<BoundedRegion>& regions,
-                                  const std::vector<bool>& counted, int rank, uint64_t seed,
+                                  const Team& team, const std::vector<BoundedRegion>& regions,
+                                  const std::vector<bool>& counted, uint64_t seed,
                                   const hadamard::Options& options) {
-  const std::vector<Placement<T>> parts = Placements<T>(plan, regions, counted, rank);
+  const std::vector<Placement<T>> parts = Placements<T>(plan, team, regions, counted);
   size_t first = 0;  // first part that may overlap the current block
   for (const hadamard::Block& block : hadamard::Blocks(elements, options)) {
     const size_t b0 = block.offset;
@@ -249,7 +253,8 @@ void ThrowIfGone(const BoundedReceive& rx, const std::vector<BoundedRegion>& reg
 void EnforceSameSize(const BoundedReceive& rx, const BoundedTransposeArgs& a) {
   const absl::Status sizes = rx.SizeAgreement();
   GLOO_ENFORCE(sizes.ok(), "optireduce::allreduce (tag ", a.tag, ", rank ", a.context->rank,
-               ", ", a.elements, " elements): ", sizes.message());
+               ", ", a.op_elements > 0 ? a.op_elements : a.elements,
+               " elements): ", sizes.message());
 }
 
 // Repairs the regions of counted peers until they are complete, or throws at `until` (the
@@ -278,7 +283,8 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
             ": its data is counted on every rank, but it released it before it arrived whole "
             "(its operation ended early; ", got, " of ", regions[i].nbytes,
             " bytes arrived; rank ", a.context->rank, " is ",
-            counted[a.context->rank] ? "" : "not ", "counted by leader ", a.leader, ")"));
+            counted[a.context->rank] ? "" : "not ", "counted by leader ",
+            a.team.Rank(a.leader), ")"));
       }
     }
     const auto now = Clock::now();
@@ -334,7 +340,7 @@ bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regi
   if (!a.must_wait.empty() && a.must_wait[a.leader]) return false;
   int watch = -1;  // the leader's phase-1 region
   for (size_t i = 0; i < regions1.size(); i++) {
-    if (regions1[i].peer == a.leader) watch = static_cast<int>(i);
+    if (regions1[i].peer == a.team.Rank(a.leader)) watch = static_cast<int>(i);
   }
   if (watch < 0) return false;  // nothing comes from the leader here: nothing to judge by
   const auto ask_round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
@@ -351,7 +357,7 @@ bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regi
     const auto now = Clock::now();
     if (now >= complete_by) return false;  // the wait for the decision then times out
     asked = true;
-    switch (a.channel->AskToCede(a.leader, a.op, std::min(complete_by, now + ask_round))) {
+    switch (a.channel->AskToCede(a.team.Rank(a.leader), a.op, std::min(complete_by, now + ask_round))) {
       case BoundedChannel::CedeAnswer::kCeded:
         return true;
       case BoundedChannel::CedeAnswer::kRefused:
@@ -368,8 +374,11 @@ template <typename T>
 void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   BoundedTransposeArgs a = args;  // a.bound may be settled below
   gloo::Context& ctx = *a.context;
-  const int rank = ctx.rank;
-  const int n = ctx.size;
+  // Plans, leaders and decisions count team members (`rank`, `n`); the channel, Gloo's
+  // buffers, the regions' peers and `counted` below name context ranks (team.Rank).
+  const Team team = a.team;
+  const int rank = team.member;
+  const int n = team.size;
   const TransposePlan plan(a.elements, n);
   T* data = reinterpret_cast<T*>(a.data);
   const uint64_t op1 = a.op;
@@ -390,12 +399,12 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   if (my_count > 0) {
     for (int step = 1; step < n; step++) {
       T* dst = scratch + (step - 1) * my_count;
-      regions1.push_back({plan.RecvPeer(rank, step), dst, my_count * sizeof(T)});
+      regions1.push_back({team.Rank(plan.RecvPeer(rank, step)), dst, my_count * sizeof(T)});
       peer_data.push_back(dst);
     }
   }
   SourcesGuard guard(a.channel, op1, op2);
-  a.channel->BeginOperation(op1, a.elements * sizeof(T));
+  a.channel->BeginOperation(op1, (a.op_elements > 0 ? a.op_elements : a.elements) * sizeof(T));
   auto rx1 = a.channel->PostReceive(op1, regions1);
   // Phase 2's receive is posted now, before phase 1 starts: shards of owners that finish
   // phase 1 before this rank are then not staged (copied twice). They land in scratch, not
@@ -408,7 +417,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     if (plan.ShardCount(owner) == 0) continue;
     // Shards before mine keep their offset; those after it move down by my_count.
     const size_t at = plan.ShardBegin(owner) - (owner > rank ? my_count : 0);
-    regions2.push_back({owner, shards_memory + at, plan.ShardCount(owner) * sizeof(T)});
+    regions2.push_back({team.Rank(owner), shards_memory + at, plan.ShardCount(owner) * sizeof(T)});
   }
   auto rx2 = a.channel->PostReceive(op2, regions2);
   // Who decides (bounded_agreement.h): the leader, or its deputy when the leader had not
@@ -424,14 +433,14 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   auto decision_buf =
       ctx.createUnboundBuffer(decision_words.data(), decision_words.size() * sizeof(uint64_t));
   if (ceded) {
-    decision_buf->recv(deputy, a.decision_slot);
+    decision_buf->recv(team.Rank(deputy), a.decision_slot);
   } else if (!is_leader && !is_deputy) {
-    decision_buf->recv(std::vector<int>{a.leader, deputy}, a.decision_slot);
+    decision_buf->recv(std::vector<int>{team.Rank(a.leader), team.Rank(deputy)}, a.decision_slot);
   }
   for (int step = 1; step < n; step++) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
-    a.channel->Send(owner, op1, data + plan.ShardBegin(owner),
+    a.channel->Send(team.Rank(owner), op1, data + plan.ShardBegin(owner),
                     plan.ShardCount(owner) * sizeof(T), /*estimated=*/false);
   }
   if (a.settle_bound) a.bound = a.settle_bound();
@@ -461,13 +470,15 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   bool decides = is_leader && !ceded;
   if (is_deputy) {
     decides = DeputyTakesOver(*rx1, regions1, start_by, complete_by, a, &p1);
-    if (!decides) decision_buf->recv(a.leader, a.decision_slot);
+    if (!decides) decision_buf->recv(team.Rank(a.leader), a.decision_slot);
   }
   if (decides) {
     bool must_wait = false;
     for (size_t i = 0; i < regions1.size(); i++) {
       const int peer = regions1[i].peer;
-      if (!rx1->FirstArrival(i) && !a.must_wait.empty() && a.must_wait[peer]) must_wait = true;
+      if (!rx1->FirstArrival(i) && !a.must_wait.empty() && a.must_wait[team.MemberOf(peer)]) {
+        must_wait = true;
+      }
     }
     if (!AllStarted(*rx1, regions1.size())) {
       // Peers that have not started are waited for until the start grace (until the
@@ -481,7 +492,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     decision.counted.assign(n, false);
     decision.counted[rank] = true;
     for (size_t i = 0; i < regions1.size(); i++) {
-      if (rx1->FirstArrival(i)) decision.counted[regions1[i].peer] = true;
+      if (rx1->FirstArrival(i)) decision.counted[team.MemberOf(regions1[i].peer)] = true;
     }
     // With this rank's shard empty (fewer elements than ranks) nobody sends it anything:
     // every rank counts.
@@ -489,7 +500,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     const std::vector<uint64_t> words = decision.Encode();
     std::copy(words.begin(), words.end(), decision_words.begin());
     for (int peer = 0; peer < n; peer++) {
-      if (peer != rank) decision_buf->send(peer, a.decision_slot);
+      if (peer != rank) decision_buf->send(team.Rank(peer), a.decision_slot);
     }
   } else {
     int from = -1;
@@ -500,16 +511,19 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
                                            from, ": ", got.status().message()));
     }
     decision = *std::move(got);
-    decision.decider = from;
+    decision.decider = team.MemberOf(from);
   }
   // Sizes are checked once the decision is out: a leader that raised before sending it
   // would leave its peers waiting for it until their timeout.
   EnforceSameSize(*rx1, a);
-  const std::vector<bool>& counted = decision.counted;
+  // The decision by context rank (ranks outside the team: not counted).
+  std::vector<bool> counted(ctx.size, false);
+  for (int m = 0; m < n; m++) counted[team.Rank(m)] = decision.counted[m];
+  const bool me_counted = decision.counted[rank];
   for (size_t i = 0; i < regions1.size(); i++) {
     if (!counted[regions1[i].peer]) rx1->GiveUp(regions1[i].peer);
   }
-  if (counted[rank]) {
+  if (me_counted) {
     RepairToCompletion(*rx1, regions1, counted, complete_by, a, "receiving phase-1 data from",
                        &p1);
   }
@@ -520,7 +534,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   NoteLateStarters(*rx1, regions1, start, stats);
   // Exactly the counted contributions, in step order: the owner's sum is the one value of
   // its shard on every rank.
-  if (counted[rank]) {
+  if (me_counted) {
     for (size_t i = 0; i < regions1.size(); i++) {
       if (!counted[regions1[i].peer]) continue;
       const T* src = peer_data[i];
@@ -533,9 +547,9 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   // nothing (its shard is zero everywhere).
   PhaseStats& p2 = stats->phase[1];
   const auto phase2_start = Clock::now();
-  if (my_count > 0 && counted[rank]) {
+  if (my_count > 0 && me_counted) {
     for (int step = 1; step < n; step++) {
-      a.channel->Send(plan.SendPeer(rank, step), op2, mine, my_count * sizeof(T),
+      a.channel->Send(team.Rank(plan.SendPeer(rank, step)), op2, mine, my_count * sizeof(T),
                       /*estimated=*/false);
     }
   }
@@ -565,7 +579,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   // before the placement below overwrites them.
   std::vector<std::pair<size_t, size_t>> carried;  // element ranges [begin, end)
   for (int o = 0; o < n; o++) {
-    if (plan.ShardCount(o) == 0 || (counted[rank] && (counted[o] || o == rank))) continue;
+    if (plan.ShardCount(o) == 0 || (me_counted && (decision.counted[o] || o == rank))) continue;
     carried.emplace_back(plan.ShardBegin(o), plan.ShardBegin(o) + plan.ShardCount(o));
   }
   T* carry = nullptr;
@@ -574,12 +588,12 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     carry = reinterpret_cast<T*>(a.carry_out->data());
     for (const auto& [b, e] : carried) std::memcpy(carry + b, data + b, (e - b) * sizeof(T));
   }
-  if (counted[rank]) a.channel->Detach(op2);
+  if (me_counted) a.channel->Detach(op2);
   if (a.inverse_hadamard) {
-    PlaceReducedShardsAndInverse(data, a.elements, plan, regions2, counted, rank,
+    PlaceReducedShardsAndInverse(data, a.elements, plan, team, regions2, counted,
                                  a.hadamard_seed, a.hadamard);
   } else {
-    PlaceReducedShards(data, plan, regions2, counted, rank);
+    PlaceReducedShards(data, plan, team, regions2, counted);
   }
   rx2.reset();
   if (carry != nullptr && a.inverse_hadamard) {
@@ -602,10 +616,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   // engine keeps a copy of a small message), so the decider returns at once; Gloo's own
   // transports (a channel override in tests) are waited for.
   if (decides && BoundedChannelOf(ctx) == nullptr) {
-    for (int peer = 0; peer < n; peer++) {
-      if (peer == rank) continue;
-      WaitDecisionSent(*decision_buf, a, complete_by);
-    }
+    for (int peer = 0; peer < n - 1; peer++) WaitDecisionSent(*decision_buf, a, complete_by);
   }
   // Returns only once this rank's phase-2 data has left it (normally at once: it went
   // out while the peers' came in), as a Gloo collective returns once its sends are with
@@ -637,6 +648,7 @@ void PrepareBoundedTranspose(DataType type, size_t elements, int rank, int ranks
 void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   Decision local;
   BoundedTransposeArgs args = a;
+  if (args.team.size == 0) args.team = Team::Flat(a.context->rank, a.context->size);
   if (args.decision_out == nullptr) args.decision_out = &local;
   if (a.type == DataType::kFloat64) {
     Run<double>(args, stats);
@@ -652,7 +664,7 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
     if (d.counted[r]) {
       counted_ranks++;
     } else {
-      stats->deferred_ranks.push_back(r);
+      stats->deferred_ranks.push_back(args.team.Rank(r));
     }
   }
   uint64_t applied = 0;  // (element, contribution) pairs summed into the result
@@ -663,7 +675,7 @@ void BoundedTranspose(const BoundedTransposeArgs& a, OpStats* stats) {
   stats->deferred_pct = total == 0 ? 0.0 : 100.0 * (1.0 - applied / total);
   stats->loss_pct = stats->deferred_pct;
   stats->damaged = !stats->deferred_ranks.empty();
-  stats->leader = d.decider;
+  stats->leader = args.team.Rank(d.decider);
   stats->deputy_decided = d.decider != a.leader;
   // The transport's incast control learns from what the network lost before repairs: the
   // holes, not the data of a peer that started late or was still sending (a straggler is

@@ -22,6 +22,7 @@
 #include "algorithms/op_stats.h"
 #include "algorithms/reduce_classifier.h"
 #include "algorithms/timeout_policy.h"
+#include "algorithms/two_level_plan.h"
 #include "algorithms/types.h"
 
 namespace gloo {
@@ -44,8 +45,16 @@ constexpr double kDefaultMaxLoss = 0.05;
 struct BoundedTransposeArgs {
   gloo::Context* context = nullptr;
   BoundedChannel* channel = nullptr;
+  // The ranks that run this TAR (two_level_plan.h): every rank of the context when its
+  // size is 0, else a team of them (two-level OptiReduce mode's phase B). Ranks, leaders,
+  // deputies, `must_wait` and the decision below are member indices of the team; the
+  // stats name context ranks.
+  Team team{0, 0, 0, 1};
   char* data = nullptr;  // float32/float64 elements, summed
   size_t elements = 0;
+  // The elements of the whole allreduce this TAR is part of (0: `elements`): the size the
+  // transport states in every packet and checks (BoundedChannel::BeginOperation).
+  size_t op_elements = 0;
   DataType type = DataType::kFloat32;
   uint64_t op = 0;  // the same on every rank for the same operation
   uint32_t tag = 0;  // for error messages

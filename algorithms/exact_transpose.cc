@@ -234,6 +234,32 @@ void TwoLevelTransposeAllreduce(const ExactTar& tar, char* data, size_t elements
                 *send_buf, *recv_buf);
 }
 
+void TwoLevelScatter(const ExactTar& tar, char* data, size_t elements, int group_size,
+                     uint64_t slot) {
+  gloo::Context& ctx = *tar.context;
+  const size_t bytes = elements * tar.element_size;
+  auto send_buf = ctx.createUnboundBuffer(data, bytes);
+  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
+  TeamTranspose(tar, Team::Group(ctx.rank, group_size), data, 0, elements, Phases::kScatter,
+                slot, slot, *send_buf, *recv_buf);
+}
+
+void TwoLevelGather(const ExactTar& tar, char* data, size_t elements, int group_size,
+                    uint64_t slot) {
+  gloo::Context& ctx = *tar.context;
+  const size_t bytes = elements * tar.element_size;
+  auto send_buf = ctx.createUnboundBuffer(data, bytes);
+  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
+  TeamTranspose(tar, Team::Group(ctx.rank, group_size), data, 0, elements, Phases::kGather,
+                slot, slot, *send_buf, *recv_buf);
+}
+
+size_t TwoLevelPart(size_t elements, int group_size, int member, size_t* count) {
+  const TransposePlan parts(elements, group_size);
+  *count = parts.ShardCount(member);
+  return parts.ShardBegin(member);
+}
+
 size_t FlatScratchBytes(size_t elements, size_t element_size, size_t max_segment_bytes,
                         int rank, int ranks) {
   const size_t segment_elems = std::max<size_t>(1, max_segment_bytes / element_size);

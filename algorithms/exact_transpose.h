@@ -70,6 +70,18 @@ void FlatTransposeAllreduce(const ExactTar& tar, char* data, size_t elements, ui
 void TwoLevelTransposeAllreduce(const ExactTar& tar, char* data, size_t elements,
                                 int group_size, uint64_t slot_base);
 
+// Two-level TAR's phases A and C alone, on one slot each (two-level OptiReduce mode runs
+// its phase B bounded between them: allreduce.cc). Scatter: each member of this rank's
+// group ends with its group's sum of its part (TwoLevelPart); Gather: each member's part
+// reaches the others of its group.
+void TwoLevelScatter(const ExactTar& tar, char* data, size_t elements, int group_size,
+                     uint64_t slot);
+void TwoLevelGather(const ExactTar& tar, char* data, size_t elements, int group_size,
+                    uint64_t slot);
+// Member m's part of a buffer of `elements` cut for groups of `group_size`: its first
+// element, and its count in *count.
+size_t TwoLevelPart(size_t elements, int group_size, int member, size_t* count);
+
 // Flat TAR's scratch per thread: one peer's piece of this rank's shard per step, the
 // piece at most a segment.
 size_t FlatScratchBytes(size_t elements, size_t element_size, size_t max_segment_bytes,

@@ -39,7 +39,6 @@ std::string OpStats::ToJson() const {
   return absl::StrCat("{\"op\":", op, ",\"tag\":", tag, ",\"bytes\":", bytes, ",\"rank\":", rank,
                       ",\"size\":", size,
                       ",\"group_size\":", group_size,
-                      ",\"flat_fallback\":", flat_fallback ? "true" : "false",
                       ",\"mode\":\"", OpModeName(mode), "\",\"bound_ms\":", bound_ms,
                       ",\"bound_capped\":", bound_capped ? "true" : "false",
                       ",\"start_grace_ms\":", start_grace_ms, ",\"start_lag_ms\":", start_lag_ms,

@@ -47,11 +47,9 @@ struct OpStats {
   uint64_t bytes = 0;
   int rank = 0;
   int size = 0;
-  // The group size of the two-level TAR this operation ran (0: flat TAR or recursive
-  // doubling). flat_fallback: the options name two-level TAR but the operation is in
-  // OptiReduce mode, which runs flat TAR (its calibration too).
+  // The group size of the two-level TAR this operation ran, exact or in OptiReduce mode
+  // (0: flat TAR or recursive doubling).
   int group_size = 0;
-  bool flat_fallback = false;
   OpMode mode = OpMode::kNone;
   double bound_ms = 0;
   bool bound_capped = false;

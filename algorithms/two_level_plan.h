@@ -30,6 +30,8 @@ struct Team {
   int stride = 1;
 
   int Rank(int m) const { return base + m * stride; }
+  // The member index of context rank `rank` (a rank of this team).
+  int MemberOf(int rank) const { return (rank - base) / stride; }
 
   static Team Flat(int rank, int ranks) { return Team{rank, ranks, 0, 1}; }
   // The group of `rank` (groups of g).

@@ -37,7 +37,8 @@ const std::vector<VariableDoc>& Table() {
       {"OPTIREDUCE_LAYOUT", "", "auto | flat | two-level | two-level:G (G >= 2)",
        "Transpose AllReduce's layout: auto (default: two-level from 128 ranks on), flat, or "
        "two-level with groups of G ranks (default G: the largest divisor of the rank count "
-       "that is at most its square root); OptiReduce mode runs flat TAR"},
+       "that is at most its square root); OptiReduce mode follows it (bounded across the "
+       "groups, exact within them)"},
       {"OPTIREDUCE_TIMEOUT_MS", "GLOO_DPDK_TIMEOUT", "integer >= 0 (milliseconds)",
        "bounded-mode time limit per operation; 0 = adaptive (default)"},
       {"OPTIREDUCE_MAX_LOSS", "", "number in [0, 1]",

@@ -21,8 +21,8 @@ namespace gloo_ext {
 // classified. Throws like gloo::allreduce (gloo::EnforceNotMet, gloo::IoException).
 void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind);
 
-// OPTIREDUCE_LAYOUT on the options of an interposed allreduce (transpose and optireduce;
-// OptiReduce mode runs flat TAR whatever it names and says so: OpStats::flat_fallback).
+// OPTIREDUCE_LAYOUT on the options of an interposed allreduce (transpose and optireduce:
+// OpStats::group_size says which layout an operation ran).
 void SetLayout(const LayoutChoice& choice, AllreduceOptions* extras);
 
 // Per-operation statistics of the bounded mode as a JSON object ("{}" when none yet);

@@ -26,7 +26,7 @@ struct OptiReduceSettings {
   // OPTIREDUCE_MAX_LOSS).
   double max_loss = AllreduceOptions::kDefaultMaxLoss;
   // TAR's layout and two-level group size (--layout, --group-size), for `transpose` and
-  // `optireduce` (which runs flat TAR whatever the layout: algorithms/README.md).
+  // `optireduce` (two-level OptiReduce mode: algorithms/README.md).
   AllreduceOptions::Layout layout = AllreduceOptions::Layout::kAuto;
   size_t group_size = 0;
 };

@@ -148,8 +148,9 @@ void OptireduceAlgorithms(const std::shared_ptr<gloo::Context>& ctx, const Workl
   // Recursive doubling (the default for small exact operations).
   s = Allreduce(ctx, 100, 4, [](AllreduceOptions&) {});
   EXPECT_EQ(s.group_size, 0);
-  // OptiReduce mode: a calibrating operation (exact flat TAR), then bounded ones; the
-  // small workload runs one bounded operation without calibration.
+  // OptiReduce mode in kAuto's layout: a calibrating operation (exact TAR), then bounded
+  // ones, two-level from kTwoLevelMinRanks on; the small workload runs one bounded
+  // operation without calibration.
   TimeoutOptions t;
   t.calibration_ops = w.small ? 0 : 1;
   t.min_bound = std::chrono::milliseconds(2000);
@@ -163,7 +164,7 @@ void OptireduceAlgorithms(const std::shared_ptr<gloo::Context>& ctx, const Workl
     });
     EXPECT_EQ(s.mode, step < t.calibration_ops ? OpMode::kCalibration : OpMode::kBounded)
         << s.ToJson();
-    EXPECT_EQ(s.flat_fallback, n >= AllreduceOptions::kTwoLevelMinRanks) << s.ToJson();
+    EXPECT_EQ(s.group_size, n >= AllreduceOptions::kTwoLevelMinRanks ? group : 0) << s.ToJson();
   }
 }
 
