@@ -277,12 +277,8 @@ size_t ReliableScratchBytes(const Job& job, int rank, int ranks) {
                           ranks);
 }
 
-// Exact TAR over the transport's reliable service, after the agreement check: flat, or
-// two-level when the job has a group size.
-void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& deadline,
-                 uint64_t slot1, uint64_t slot2) {
+ExactTar ExactTarOf(const Job& job, const Deadline& deadline) {
   const Impl& g = job.gloo;
-  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
   ExactTar tar;
   tar.context = g.context.get();
   tar.element_size = g.elementSize;
@@ -291,6 +287,16 @@ void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& dead
   tar.max_segment_bytes = job.max_segment_bytes;
   tar.pipeline_chunk_bytes = job.pipeline_chunk_bytes;
   tar.deadline = &deadline;
+  return tar;
+}
+
+// Exact TAR over the transport's reliable service, after the agreement check: flat, or
+// two-level when the job has a group size.
+void RunReliable(const Job& job, char* data, uint64_t seed, const Deadline& deadline,
+                 uint64_t slot1, uint64_t slot2) {
+  const Impl& g = job.gloo;
+  if (job.hadamard) HadamardTransform(job, data, seed, /*forward=*/true);
+  const ExactTar tar = ExactTarOf(job, deadline);
   if (job.group_size > 1) {
     TwoLevelTransposeAllreduce(tar, data, g.elements, job.group_size,
                                gloo::Slot::build(kTwoLevelSlotPrefix, g.tag));
@@ -338,19 +344,6 @@ void InvalidateOutputs(const Job& job) {
                   std::numeric_limits<float>::quiet_NaN());
     }
   }
-}
-
-ExactTar ExactTarOf(const Job& job, const Deadline& deadline) {
-  const Impl& g = job.gloo;
-  ExactTar tar;
-  tar.context = g.context.get();
-  tar.element_size = g.elementSize;
-  tar.reduce = &g.reduce;
-  tar.tag = g.tag;
-  tar.max_segment_bytes = job.max_segment_bytes;
-  tar.pipeline_chunk_bytes = 0;  // the bounded phase is not pipelined: neither are A and C
-  tar.deadline = &deadline;
-  return tar;
 }
 
 // Two-level OptiReduce mode, before any data moves: the members of this rank's group
@@ -415,7 +408,8 @@ Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slo
   const Team group = Team::Group(ctx.rank, group_size);
   const Team across = Team::Across(ctx.rank, n, group_size);
   const size_t esz = g.elementSize;
-  const ExactTar tar = ExactTarOf(job, deadline);
+  ExactTar tar = ExactTarOf(job, deadline);
+  tar.pipeline_chunk_bytes = 0;  // the bounded phase is not pipelined: neither are A and C
   char* data = args.data;
 
   TwoLevelScatter(tar, data, g.elements, group_size, slot_base + 1);

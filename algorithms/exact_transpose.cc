@@ -234,24 +234,29 @@ void TwoLevelTransposeAllreduce(const ExactTar& tar, char* data, size_t elements
                 *send_buf, *recv_buf);
 }
 
-void TwoLevelScatter(const ExactTar& tar, char* data, size_t elements, int group_size,
-                     uint64_t slot) {
+namespace {
+
+// One of two-level TAR's phases within this rank's group (A: kScatter, C: kGather).
+void GroupPhase(const ExactTar& tar, char* data, size_t elements, int group_size,
+                uint64_t slot, Phases phases) {
   gloo::Context& ctx = *tar.context;
   const size_t bytes = elements * tar.element_size;
   auto send_buf = ctx.createUnboundBuffer(data, bytes);
   auto recv_buf = ctx.createUnboundBuffer(data, bytes);
-  TeamTranspose(tar, Team::Group(ctx.rank, group_size), data, 0, elements, Phases::kScatter,
-                slot, slot, *send_buf, *recv_buf);
+  TeamTranspose(tar, Team::Group(ctx.rank, group_size), data, 0, elements, phases, slot, slot,
+                *send_buf, *recv_buf);
+}
+
+}  // namespace
+
+void TwoLevelScatter(const ExactTar& tar, char* data, size_t elements, int group_size,
+                     uint64_t slot) {
+  GroupPhase(tar, data, elements, group_size, slot, Phases::kScatter);
 }
 
 void TwoLevelGather(const ExactTar& tar, char* data, size_t elements, int group_size,
                     uint64_t slot) {
-  gloo::Context& ctx = *tar.context;
-  const size_t bytes = elements * tar.element_size;
-  auto send_buf = ctx.createUnboundBuffer(data, bytes);
-  auto recv_buf = ctx.createUnboundBuffer(data, bytes);
-  TeamTranspose(tar, Team::Group(ctx.rank, group_size), data, 0, elements, Phases::kGather,
-                slot, slot, *send_buf, *recv_buf);
+  GroupPhase(tar, data, elements, group_size, slot, Phases::kGather);
 }
 
 size_t TwoLevelPart(size_t elements, int group_size, int member, size_t* count) {

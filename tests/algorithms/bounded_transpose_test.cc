@@ -22,6 +22,7 @@
 #include "algorithms/bounded_agreement.h"
 #include "algorithms/operation_ledger.h"
 #include "algorithms/transpose_plan.h"
+#include "tests/common/gradients.h"
 #include "tests/common/in_memory_bounded_hub.h"
 #include "tests/common/ranks.h"
 
@@ -37,41 +38,15 @@ constexpr int kRanks = 4;
 constexpr size_t kCount = 1 << 18;  // 1 MiB of float32 per rank
 constexpr double kNoise = 0.1;      // per-rank deviation from the common gradient
 
-// Gradients look alike across ranks: a common signal plus a small per-rank deviation.
-std::vector<float> MakeGradient(int rank, uint64_t step) {
-  std::mt19937_64 common(1000 + step), own(7 * rank + 31 * step + 1);
-  std::normal_distribution<float> g(0, 1);
-  std::vector<float> x(kCount);
-  for (size_t i = 0; i < kCount; i++) x[i] = g(common);
-  for (size_t i = 0; i < kCount; i++) x[i] += static_cast<float>(kNoise) * g(own);
-  return x;
-}
-
 constexpr uint64_t kSteps = 6;
 
-// Inputs and exact sums are computed once, outside the ranks' threads: computing them
-// inside would make ranks stragglers of each other on two cores.
-struct Dataset {
-  std::vector<std::vector<float>> grad[kSteps];
-  std::vector<double> sum[kSteps];
-  Dataset() {
-    for (uint64_t step = 0; step < kSteps; step++) {
-      sum[step].assign(kCount, 0);
-      for (int r = 0; r < kRanks; r++) {
-        grad[step].push_back(MakeGradient(r, step));
-        for (size_t i = 0; i < kCount; i++) sum[step][i] += grad[step][r][i];
-      }
-    }
-  }
-};
-
-const Dataset& Data() {
-  static const Dataset* data = new Dataset();
+const testing::GradientSet& Data() {
+  static const auto* data = new testing::GradientSet(kRanks, kSteps, kCount, kNoise);
   return *data;
 }
 
-const std::vector<float>& Gradient(int rank, uint64_t step) { return Data().grad[step][rank]; }
-const std::vector<double>& ExactSum(uint64_t step) { return Data().sum[step]; }
+const std::vector<float>& Gradient(int rank, uint64_t step) { return Data().Gradient(rank, step); }
+const std::vector<double>& ExactSum(uint64_t step) { return Data().Sum(step); }
 
 struct Errors {
   double rel_l2 = 0;

@@ -19,6 +19,7 @@
 #include "algorithms/allreduce.h"
 #include "algorithms/bounded_agreement.h"
 #include "algorithms/operation_ledger.h"
+#include "tests/common/gradients.h"
 #include "tests/common/ranks.h"
 #include "transport_dpdk/bounded/bounded_endpoint.h"
 #include "transport_dpdk/bounded/incast_control.h"
@@ -55,14 +56,7 @@ std::vector<double> ExactSum(int ranks, uint64_t step) {
   return sum;
 }
 
-double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
-}
+using testing::RelL2;
 
 // `peer_timeout`: off where a test measures the injected loss exactly — a rank of a loaded
 // test host descheduled for a while would be cut by it and add its own loss.

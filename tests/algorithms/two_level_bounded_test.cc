@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
-#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -20,6 +19,7 @@
 
 #include "algorithms/allreduce.h"
 #include "algorithms/bounded_agreement.h"
+#include "tests/common/gradients.h"
 #include "tests/common/in_memory_bounded_hub.h"
 #include "tests/common/ranks.h"
 #include "transport_dpdk/device.h"
@@ -28,6 +28,7 @@ namespace optireduce {
 namespace {
 
 using testing::InMemoryBoundedHub;
+using testing::RelL2;
 using RawFunc = void (*)(void*, const void*, const void*, size_t);
 using Layout = AllreduceOptions::Layout;
 
@@ -37,43 +38,9 @@ constexpr size_t kCount = size_t{1} << 16;  // 256 KiB of float32 per rank
 constexpr uint64_t kSteps = 5;
 constexpr int kCalibration = 2;
 
-// Gradients alike across ranks: a common signal plus a small per-rank deviation.
-std::vector<float> MakeGradient(int rank, uint64_t step) {
-  std::mt19937_64 common(1000 + step), own(7 * rank + 31 * step + 1);
-  std::normal_distribution<float> g(0, 1);
-  std::vector<float> x(kCount);
-  for (size_t i = 0; i < kCount; i++) x[i] = g(common) + 0.1f * g(own);
-  return x;
-}
-
-// Inputs and exact sums, computed once outside the ranks' threads (inside, ranks would be
-// stragglers of each other on two cores).
-struct Dataset {
-  std::vector<std::vector<float>> grad[kSteps];
-  std::vector<double> sum[kSteps];
-  Dataset() {
-    for (uint64_t step = 0; step < kSteps; step++) {
-      sum[step].assign(kCount, 0);
-      for (int r = 0; r < kRanks; r++) {
-        grad[step].push_back(MakeGradient(r, step));
-        for (size_t i = 0; i < kCount; i++) sum[step][i] += grad[step][r][i];
-      }
-    }
-  }
-};
-
-const Dataset& Data() {
-  static const Dataset* data = new Dataset();
+const testing::GradientSet& Data() {
+  static const auto* data = new testing::GradientSet(kRanks, kSteps, kCount);
   return *data;
-}
-
-double RelL2(const std::vector<float>& got, const std::vector<double>& want) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < got.size(); i++) {
-    num += (got[i] - want[i]) * (got[i] - want[i]);
-    den += want[i] * want[i];
-  }
-  return std::sqrt(num / den);
 }
 
 std::shared_ptr<TimeoutPolicy> Policy() {
@@ -87,8 +54,9 @@ std::shared_ptr<TimeoutPolicy> Policy() {
   return std::make_shared<TimeoutPolicy>(o);
 }
 
-// One two-level OptiReduce-mode sum of `buffer` in place; its stats.
-OpStats TwoLevelSum(const std::shared_ptr<gloo::Context>& ctx, InMemoryBoundedHub& hub,
+// One two-level OptiReduce-mode sum of `buffer` in place over `channel` (nullptr: the
+// context transport's own); its stats.
+OpStats TwoLevelSum(const std::shared_ptr<gloo::Context>& ctx, BoundedChannel* channel,
                     const std::shared_ptr<TimeoutPolicy>& policy, std::vector<float>& buffer,
                     uint32_t tag = 0) {
   AllreduceOptions opts(ctx);
@@ -97,13 +65,19 @@ OpStats TwoLevelSum(const std::shared_ptr<gloo::Context>& ctx, InMemoryBoundedHu
   opts.setMode(AllreduceOptions::Mode::kBounded);
   opts.setLayout(Layout::kTwoLevel);
   opts.setGroupSize(kGroup);
-  opts.setBoundedChannel(hub.channel(ctx->rank));
+  if (channel != nullptr) opts.setBoundedChannel(channel);
   opts.setTimeoutPolicy(policy);
   opts.setTag(tag);
   OpStats stats;
   opts.setStatsOutput(&stats);
   allreduce(opts);
   return stats;
+}
+
+testing::RankOptions Loop() {
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  return options;
 }
 
 void Barrier(const std::shared_ptr<gloo::Context>& ctx) {
@@ -120,8 +94,8 @@ TEST(TwoLevelOptiReduceMode, LossIsRepairedToTheSameExactSumOnEveryRank) {
     testing::RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
       auto policy = Policy();
       for (uint64_t step = 0; step < kSteps; step++) {
-        std::vector<float> buffer = Data().grad[step][ctx->rank];
-        const OpStats s = TwoLevelSum(ctx, hub, policy, buffer);
+        std::vector<float> buffer = Data().Gradient(ctx->rank, step);
+        const OpStats s = TwoLevelSum(ctx, hub.channel(ctx->rank), policy, buffer);
         EXPECT_EQ(s.group_size, kGroup) << s.ToJson();
         EXPECT_EQ(s.mode, step < kCalibration ? OpMode::kCalibration : OpMode::kBounded)
             << s.ToJson();
@@ -130,7 +104,7 @@ TEST(TwoLevelOptiReduceMode, LossIsRepairedToTheSameExactSumOnEveryRank) {
           EXPECT_EQ(s.deferred_pct, 0.0) << s.ToJson();
           EXPECT_FALSE(s.damaged) << s.ToJson();
         }
-        EXPECT_LT(RelL2(buffer, Data().sum[step]), 1e-5) << "p=" << p << " step " << step;
+        EXPECT_LT(RelL2(buffer, Data().Sum(step)), 1e-5) << "p=" << p << " step " << step;
         result[step][ctx->rank] = std::move(buffer);
       }
       Barrier(ctx);  // nobody leaves while a peer may still ask for repairs
@@ -166,9 +140,9 @@ TEST(TwoLevelOptiReduceMode, AStragglersGroupIsDeferredNotLostAndEveryRankHoldsT
       if (zero_input) {
         std::fill(buffer.begin(), buffer.end(), 0.0f);
       } else {
-        buffer = Data().grad[step][rank];
+        buffer = Data().Gradient(rank, step);
       }
-      const OpStats s = TwoLevelSum(ctx, hub, policy, buffer);
+      const OpStats s = TwoLevelSum(ctx, hub.channel(rank), policy, buffer);
       for (size_t i = 0; i < kCount; i++) sum[i] += buffer[i];
       return s;
     };
@@ -203,7 +177,7 @@ TEST(TwoLevelOptiReduceMode, AStragglersGroupIsDeferredNotLostAndEveryRankHoldsT
   // Nothing lost: the outputs of all the operations add up to the sum of all the inputs.
   std::vector<double> exact(kCount, 0);
   for (uint64_t step = 0; step <= kCut; step++) {
-    for (size_t i = 0; i < kCount; i++) exact[i] += Data().sum[step][i];
+    for (size_t i = 0; i < kCount; i++) exact[i] += Data().Sum(step)[i];
   }
   EXPECT_LT(RelL2(out[0], exact), 1e-5);
   // And the deferred part was real: without the flush the sum is far from exact.
@@ -218,30 +192,15 @@ TEST(TwoLevelOptiReduceMode, AStragglersGroupIsDeferredNotLostAndEveryRankHoldsT
 // Over the loop device (its own bounded channel: a decider does not wait for its decision
 // to be taken, as over Gloo's TCP device, by ranks that raised).
 TEST(TwoLevelOptiReduceMode, RanksOfOneGroupWithDifferentSizesRaiseNamingBoth) {
-  testing::RankOptions loop;
-  loop.device = [](int) { return transport::loop::CreateDevice(); };
   testing::RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy();
     const int rank = ctx->rank;
-    auto sum = [&](std::vector<float>& buffer, OpStats* stats) {
-      AllreduceOptions opts(ctx);
-      opts.setOutput(buffer.data(), buffer.size());
-      opts.setReduceFunction(RawFunc(&gloo::sum<float>));
-      opts.setMode(AllreduceOptions::Mode::kBounded);
-      opts.setLayout(Layout::kTwoLevel);
-      opts.setGroupSize(kGroup);
-      opts.setTimeoutPolicy(policy);
-      opts.setTag(1);
-      opts.setStatsOutput(stats);
-      allreduce(opts);
-    };
     // Every rank calibrates both sizes (a calibrating operation is exact TAR, whose
     // fingerprint exchange would catch the mismatch itself).
     for (size_t count : {kCount, kCount / 2}) {
       for (int i = 0; i < kCalibration; i++) {
         std::vector<float> buffer(count, 1.0f);
-        OpStats s;
-        sum(buffer, &s);
+        TwoLevelSum(ctx, nullptr, policy, buffer, 1);
       }
     }
     const size_t mine = rank == 1 ? kCount / 2 : kCount;
@@ -249,7 +208,7 @@ TEST(TwoLevelOptiReduceMode, RanksOfOneGroupWithDifferentSizesRaiseNamingBoth) {
     std::string error;
     OpStats s;
     try {
-      sum(buffer, &s);
+      s = TwoLevelSum(ctx, nullptr, policy, buffer, 1);
     } catch (const gloo::EnforceNotMet& e) {
       error = e.what();
     }
@@ -265,30 +224,19 @@ TEST(TwoLevelOptiReduceMode, RanksOfOneGroupWithDifferentSizesRaiseNamingBoth) {
       EXPECT_EQ(s.deferred_ranks, (std::vector<int>{0, 1})) << s.ToJson();
     }
     Barrier(ctx);
-  }, loop);
+  }, Loop());
 }
 
 // Fewer elements than ranks or groups (empty parts and pieces), and counts that do not
 // divide: the sum on every rank, to the rounding of the transform.
 TEST(TwoLevelOptiReduceMode, OddAndTinyCountsSumOnEveryRank) {
-  testing::RankOptions loop;
-  loop.device = [](int) { return transport::loop::CreateDevice(); };
   testing::RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = Policy();
     for (size_t count : {size_t{1}, size_t{3}, size_t{7}, size_t{9}, size_t{1001}}) {
       for (int step = 0; step < kCalibration + 2; step++) {
         std::vector<float> data(count);
         for (size_t i = 0; i < count; i++) data[i] = static_cast<float>((i + ctx->rank) % 5);
-        AllreduceOptions opts(ctx);
-        opts.setOutput(data.data(), count);
-        opts.setReduceFunction(RawFunc(&gloo::sum<float>));
-        opts.setMode(AllreduceOptions::Mode::kBounded);
-        opts.setLayout(Layout::kTwoLevel);
-        opts.setGroupSize(kGroup);
-        opts.setTimeoutPolicy(policy);
-        OpStats s;
-        opts.setStatsOutput(&s);
-        allreduce(opts);
+        const OpStats s = TwoLevelSum(ctx, nullptr, policy, data);
         EXPECT_EQ(s.group_size, kGroup) << s.ToJson();
         EXPECT_EQ(s.mode, step < kCalibration ? OpMode::kCalibration : OpMode::kBounded)
             << s.ToJson();
@@ -302,7 +250,7 @@ TEST(TwoLevelOptiReduceMode, OddAndTinyCountsSumOnEveryRank) {
       }
     }
     Barrier(ctx);
-  }, loop);
+  }, Loop());
 }
 
 }  // namespace
