@@ -488,8 +488,11 @@ def section_incast(a, d):
     run(cmd, os.path.join(d, "log.txt"), timeout=3 * 3600)
     rows = read_csv(csv_path)
     lines = stamp([rel_bin(c) for c in cmd]) + [
-        "TAR over our UDP in the cloud lab (one network namespace per rank, %d CPUs), every "
-        "rank's shard sent by every other rank at once. Link: `open`, or a tbf rate limit "
+        "TAR over our UDP in the cloud lab (one network namespace per rank, %d CPUs), exact "
+        "(`transpose`) and in OptiReduce mode (`optireduce`: every timed operation bounded, "
+        "after its calibrations), every rank's shard sent by every other rank at once; in 2D "
+        "TAR the owners of phase B receive from N/G - 1 ranks, of phases A and C from G - 1. "
+        "Link: `open`, or a tbf rate limit "
         "with a small queue on the bridge port towards rank 0 (the constrained owner). "
         "Drops over the whole run (warm-up included), all in rank 0's namespace unless "
         "named: the kernel's UDP RcvbufErrors (socket buffer full), the tbf queue's drops, "
@@ -497,7 +500,7 @@ def section_incast(a, d):
         "per-iteration time." % os.cpu_count(), ""]
     out = []
     for r in rows:
-        head = [r["layout"] + (" (G=%s)" % r["group"] if r["layout"] == "2d" else ""),
+        head = [r["algo"], r["layout"] + (" (G=%s)" % r["group"] if r["layout"] == "2d" else ""),
                 r["ranks"], size_label(int(r["bytes"])), r["link"]]
         if r["status"] != "ok":
             out.append(head + [r["status"]] + ["-"] * 6)
@@ -505,7 +508,7 @@ def section_incast(a, d):
         out.append(head + [r["p50_ms"], r["p99_ms"], r["owner_rcvbuf_errors"],
                            r["all_rcvbuf_errors"], r["owner_queue_drops"],
                            r["owner_if_rx_drops"], r["resent_pkts"] or "-"])
-    lines += md_table(["layout", "ranks", "size", "link", "p50 ms", "p99 ms",
+    lines += md_table(["algorithm", "layout", "ranks", "size", "link", "p50 ms", "p99 ms",
                        "RcvbufErrors", "RcvbufErrors, all ranks", "queue drops", "rx drops",
                        "resent pkts"], out)
     lines += ["", "CSV: [incast](%s)." % rel_link(a, d, "incast.csv")]

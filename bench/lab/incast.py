@@ -1,16 +1,21 @@
 #!/usr/bin/python3
-"""Incast at the owner: N-1 senders into one receiver at once. Runs TAR (flat, and 2D when
-optireduce-bench has --layout) over our UDP in the cloud lab, with the receiver's port
-open and constrained (a tbf rate with a small queue on the bridge port towards rank 0,
-whose shard every other rank sends at once), and reports rank 0's drops and the p50/p99 of
-one allreduce. Needs root; every namespace, link and process it makes is removed on
-success, failure, SIGINT/SIGTERM and exit (cloudlab.Lab).
+"""Incast at the owner: N-1 senders into one receiver at once. Runs TAR, exact
+(`transpose`) and in OptiReduce mode (`optireduce`), flat and 2D when optireduce-bench has
+--layout, over our UDP in the cloud lab, with the receiver's port open and constrained (a
+tbf rate with a small queue on the bridge port towards rank 0, whose shard every other
+rank sends at once), and reports rank 0's drops and the p50/p99 of one allreduce. Needs
+root; every namespace, link and process it makes is removed on success, failure,
+SIGINT/SIGTERM and exit (cloudlab.Lab).
 
   incast.py [--ranks 8,16] [--sizes 1M,16M] [--iterations 30] [--warmup 5]
-            [--rate 2gbit] [--queue 1mb] [--layouts flat,2d] [--bench-bin PATH]
-            [--csv incast.csv] [--timeout 300]
+            [--rate 2gbit] [--queue 1mb] [--layouts flat,2d]
+            [--algos transpose,optireduce] [--bench-bin PATH] [--csv incast.csv]
+            [--timeout 300]
 
-Per row: layout, ranks, size, link (`open`, or `RATE/QUEUE` on rank 0's port), p50 and
+`optireduce` runs warm up OPTIREDUCE_CALIBRATION_OPS more iterations first: the library's
+calibrating operations (exact TAR), so that every timed one is bounded.
+
+Per row: algorithm, layout, ranks, size, link (`open`, or `RATE/QUEUE` on rank 0's port), p50 and
 p99 ms (rank 0, --samples-csv), the kernel's UDP RcvbufErrors and InErrors in rank 0's
 namespace and over all ranks, the packets the tbf queue on rank 0's port dropped, rank 0's
 eth0 rx drops, and the packets every rank's engine resent (--counters-csv). A layout the
@@ -36,7 +41,10 @@ import scaling_model  # noqa: E402  (group_size, layout_flags, parse_size)
 
 DEFAULT_BIN = os.path.join(os.environ.get("OPTIREDUCE_BUILD_DIR", os.path.join(REPO, "build")),
                            "bench", "optireduce-bench")
-FIELDS = ["layout", "ranks", "bytes", "link", "status", "group", "iterations", "p50_ms",
+# The operations OptiReduce mode calibrates before it runs bounded (TimeoutOptions).
+OPTIREDUCE_CALIBRATION_OPS = 20
+ALGOS = ("transpose", "optireduce")
+FIELDS = ["algo", "layout", "ranks", "bytes", "link", "status", "group", "iterations", "p50_ms",
           "p99_ms", "owner_rcvbuf_errors", "owner_udp_in_errors", "all_rcvbuf_errors",
           "owner_queue_drops", "owner_if_rx_drops", "resent_pkts"]
 
@@ -83,28 +91,29 @@ def open_link(lab):
                   "root"], check=False)
 
 
-def one_run(a, lab, layout, nbytes, link, help_text, tag):
+def one_run(a, lab, algo, layout, nbytes, link, help_text, tag):
     n = lab.ranks
     shared = os.path.join(lab.tmp, "rdv-%s" % tag)
     os.makedirs(shared)
     samples = os.path.join(lab.tmp, "samples-%s.csv" % tag)
     counters = os.path.join(lab.tmp, "counters-%s.csv" % tag)
     extra = scaling_model.layout_flags(layout, n, help_text)
+    warmup = a.warmup + (OPTIREDUCE_CALIBRATION_OPS if algo == "optireduce" else 0)
     cmds = [[a.bench_bin, "--size", str(n), "--rank", str(r), "--shared-path", shared,
              "--prefix", tag, "--tcp-device", "eth0", "--transport", "udp",
              "--timeout", str(a.timeout), "--elements", str(nbytes // 4),
-             "--iteration-count", str(a.iterations), "--warmup-iters", str(a.warmup),
-             "--samples-csv", samples, "--counters-csv", counters] + extra + ["transpose"]
+             "--iteration-count", str(a.iterations), "--warmup-iters", str(warmup),
+             "--samples-csv", samples, "--counters-csv", counters] + extra + [algo]
             for r in range(n)]
-    print("incast: %d ranks, %s, %s: %s" % (n, layout, link, " ".join(
+    print("incast: %s, %d ranks, %s, %s: %s" % (algo, n, layout, link, " ".join(
         shlex.quote(c) for c in cmds[0])), flush=True)
     before = snapshot(lab)
     rc, _, errs = labtool.run_ranks(lab, cmds, a.timeout)
     after = snapshot(lab)
     if rc != 0:
         labtool.report_failure(rc, errs)
-        raise RuntimeError("%s at %d ranks, %d bytes, %s failed (rc %d)" % (
-            layout, n, nbytes, link, rc))
+        raise RuntimeError("%s %s at %d ranks, %d bytes, %s failed (rc %d)" % (
+            algo, layout, n, nbytes, link, rc))
     with open(samples) as f:
         us = sorted(float(r["us"]) for r in csv.DictReader(f))
     resent = labtool.read_counters(counters, n)["resent_pkts"]
@@ -119,6 +128,19 @@ def one_run(a, lab, layout, nbytes, link, help_text, tag):
                 resent_pkts="" if resent is None else resent)
 
 
+def one_row(a, lab, algo, layout, n, nbytes, link, help_text):
+    row = dict(algo=algo, layout=layout, ranks=n, bytes=nbytes, link=link,
+               group=scaling_model.group_size(n) if layout == "2d" else 1)
+    if layout == "2d" and "--layout" not in help_text:
+        row["status"] = "not built"
+    else:
+        tag = "%s-%s-%d-%s-%d" % (algo, layout, nbytes, "open" if link == "open" else "tbf",
+                                  int(time.time() * 1e3) % 10**9)
+        row.update(one_run(a, lab, algo, layout, nbytes, link, help_text, tag))
+    print("incast: %s" % ", ".join("%s=%s" % (k, row.get(k, "")) for k in FIELDS), flush=True)
+    return row
+
+
 def run_all(a):
     help_text = scaling_model.bench_help(a.bench_bin)
     rows = []
@@ -131,25 +153,17 @@ def run_all(a):
                 else:
                     constrain(lab, a.rate, a.queue)
                 for nbytes in a.sizes:
-                    for layout in a.layouts:
-                        row = dict(layout=layout, ranks=n, bytes=nbytes, link=link,
-                                   group=scaling_model.group_size(n) if layout == "2d" else 1)
-                        if layout == "2d" and "--layout" not in help_text:
-                            row["status"] = "not built"
-                        else:
-                            tag = "%s-%d-%s-%d" % (layout, nbytes, "open" if link == "open"
-                                                   else "tbf", int(time.time() * 1e3) % 10**9)
-                            row.update(one_run(a, lab, layout, nbytes, link, help_text, tag))
-                        rows.append(row)
-                        print("incast: %s" % ", ".join("%s=%s" % (k, row.get(k, ""))
-                                                        for k in FIELDS), flush=True)
+                    for algo in a.algos:
+                        for layout in a.layouts:
+                            rows.append(one_row(a, lab, algo, layout, n, nbytes, link,
+                                                help_text))
     return rows
 
 
 def print_table(rows):
-    head = ["layout", "ranks", "size", "link", "p50 ms", "p99 ms", "owner RcvbufErrors",
+    head = ["algo", "layout", "ranks", "size", "link", "p50 ms", "p99 ms", "owner RcvbufErrors",
             "all RcvbufErrors", "owner queue drops", "owner rx drops", "resent pkts"]
-    body = [[r["layout"], r["ranks"], scaling_model.size_label(r["bytes"]), r["link"]] +
+    body = [[r["algo"], r["layout"], r["ranks"], scaling_model.size_label(r["bytes"]), r["link"]] +
             ([r["p50_ms"], r["p99_ms"], r["owner_rcvbuf_errors"], r["all_rcvbuf_errors"],
               r["owner_queue_drops"], r["owner_if_rx_drops"], r["resent_pkts"]]
              if r["status"] == "ok" else [r["status"]] + [""] * 6) for r in rows]
@@ -168,6 +182,8 @@ def parse_args(argv):
     ap.add_argument("--queue", default="1mb", help="tbf queue (limit) on rank 0's port")
     ap.add_argument("--layouts", type=lambda t: scaling_model.parse_list(t, str),
                     default=["flat", "2d"])
+    ap.add_argument("--algos", type=lambda t: scaling_model.parse_list(t, str),
+                    default=list(ALGOS))
     ap.add_argument("--bench-bin", default=DEFAULT_BIN)
     ap.add_argument("--csv", help="write the rows")
     ap.add_argument("--timeout", type=int, default=300, help="per job, seconds")
@@ -175,6 +191,9 @@ def parse_args(argv):
     bad = [x for x in a.layouts if x not in ("flat", "2d")]
     if bad:
         ap.error("--layouts: unknown layout '%s' (allowed: flat, 2d)" % bad[0])
+    bad = [x for x in a.algos if x not in ALGOS]
+    if bad:
+        ap.error("--algos: unknown algorithm '%s' (allowed: %s)" % (bad[0], ", ".join(ALGOS)))
     if any(not 2 <= n <= 200 for n in a.ranks):
         ap.error("--ranks: every rank count must be in 2..200")
     if a.iterations < 1:

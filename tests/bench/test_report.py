@@ -72,8 +72,9 @@ def test_quick_report_regenerates_the_page(bench_bin, tmp_path):
         assert (results / "straggler" / "lab" / "cdf.png").stat().st_size > 0
         with open(results / "incast" / "incast.csv") as f:
             rows = list(csv.DictReader(f))
-        assert {(r["layout"], r["link"]) for r in rows} == {
-            ("flat", "open"), ("flat", "2gbit/1mb"), ("2d", "open"), ("2d", "2gbit/1mb")}, rows
+        assert {(r["algo"], r["layout"], r["link"]) for r in rows} == {
+            (algo, layout, link) for algo in ("transpose", "optireduce")
+            for layout in ("flat", "2d") for link in ("open", "2gbit/1mb")}, rows
         assert all(r["status"] in ("ok", "not built") for r in rows), rows
         assert all(r["owner_rcvbuf_errors"].isdigit() for r in rows if r["status"] == "ok")
     else:

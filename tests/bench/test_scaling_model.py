@@ -169,3 +169,6 @@ def test_incast_names_bad_flags():
     p = subprocess.run([sys.executable, INCAST, "--layouts", "flat,ring"],
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
     assert p.returncode == 2 and "--layouts" in p.stderr, p.stderr
+    p = subprocess.run([sys.executable, INCAST, "--algos", "transpose,ring"],
+                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, timeout=60)
+    assert p.returncode == 2 and "--algos: unknown algorithm 'ring'" in p.stderr, p.stderr
