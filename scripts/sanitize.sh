@@ -34,7 +34,8 @@ configure() {  # dir sanitizer
 
 # Test binaries each stage needs (building only these keeps the stage inside its budget).
 ASAN_TARGETS=(transport_unit_test transport_loop_test transport_worker transport_udp_test
-              transport_isolation_test allreduce_test bounded_transpose_test
+              transport_isolation_test allreduce_test bounded_transpose_test two_level_test
+              two_level_bounded_test
               optireduce_mode_test agreed_mode_test operation_ledger_test timeout_policy_test hadamard_test reduce_classifier_test redis_url_test
               redis_store_test gloo_ext_config_test fuzz_wire_format_corpus
               fuzz_bounded_receiver_corpus fuzz_receive_window_corpus fuzz_send_scoreboard_corpus
@@ -54,7 +55,7 @@ TSAN_TARGETS=(transport_loop_test transport_worker transport_udp_test bounded_tr
 #    allocator quarantine change: BoundedTranspose.FirstBoundedOperationFindsItsScratchFaultedIn,
 #    BoundedSources.ReservedDetachCopiesIntoFaultedInMemory,
 #    TimeoutPolicy.HistoriesOfAtMostKMaxSizesSizesTheOnesInUseKept.
-ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|AgreedMode|OperationLedger|TimeoutPolicy|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
+ASAN_REGEX='^(transport\.|TransposeAllreduce|BoundedTranspose|OptiReduceMode|TwoLevel|AgreedMode|OperationLedger|TimeoutPolicy|HadamardTest|ReduceClassifier|RedisUrl|All/RedisUrlBad|RedisStore|ConfigTest|fuzz_corpus)'
 # The late-rank tests (LateRankIsCut...) assert that the adaptive peer timeout ended a
 # phase: timing again. HeavyLossRepairsToExact stays in: under ASan's slowdown its repairs
 # run out of time, which is what exposed the undeclared-damage bug (SECURITY.md).
