@@ -50,7 +50,12 @@ seen["sum_float32"] = outcome(lambda: all_reduce(mine, torch.float32))
 seen["sum_float16"] = outcome(lambda: all_reduce(mine, torch.float16))
 seen["sum_bfloat16"] = outcome(lambda: all_reduce(mine, torch.bfloat16))
 seen["max_float16"] = outcome(lambda: all_reduce(mine, torch.float16, dist.ReduceOp.MAX))
-dist.barrier()
+# The ranks meet here with a one-element allreduce, not dist.barrier(): torch 1.13's Gloo
+# barrier first waits for the group's work still listed as in progress, and a call above
+# that raised (bfloat16 is not a torch 1.13 Gloo type) can still be listed a moment after
+# its wait() returned — the barrier then raises that error again on one rank only.
+keep.append(torch.zeros(1))
+dist.all_reduce(keep[-1])
 # AVG: torch 1.13's Gloo refuses it (its error surfaces at the group's next call, which a
 # group of its own keeps away from the rest); newer torch may run it as SUM then a division.
 avg_group = dist.new_group()
