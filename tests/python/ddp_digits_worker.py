@@ -46,7 +46,11 @@ loss_fn = torch.nn.CrossEntropyLoss()
 
 batch = 32
 steps = 0
-for epoch in range(5):
+# 15 epochs: the model is at its plateau (about 96.7% at 4 ranks), where a few
+# contributions that OptiReduce mode defers by one step (a rank given up, a damaged part)
+# move the test accuracy by about a point; after 5 epochs it is still climbing and ten
+# such deferrals move it by up to 3 points.
+for epoch in range(15):
     order = torch.randperm(len(x_train), generator=torch.Generator().manual_seed(epoch))
     shard = order[rank::world]
     for i in range(0, len(shard) - batch + 1, batch):

@@ -55,7 +55,11 @@ def test_optireduce_matches_stock_ring(run_job):
 def test_four_ranks_over_udp(run_job, algo):
     # 4 ranks, no injected loss: TAR is exact, and OptiReduce mode's result is the same
     # on every rank (each rank's shard is reduced once and gathered by all), so every
-    # replica stays one model.
+    # replica stays one model. Exact TAR ends at 96.7%; in OptiReduce mode a rank that the
+    # host's scheduling makes late is given up and its contribution lands one step later,
+    # which at the trained model's plateau moves the accuracy by about a point (a
+    # simulation of 25 such deferrals in 165 steps stayed above 95.5% over 40 seeds), so
+    # 90% says it learned without depending on the host's timing.
     ours = train(run_job, base_env(GLOO_ALGO=algo, GLOO_DEVICE_TRANSPORT="UDP"),
                  ["--import-optireduce"], world=4)
     assert ours[0]["accuracy"] > 90, ours
