@@ -526,10 +526,12 @@ TTA_RUNS = [
 ]
 TTA_SEEDS = "1,2,3"
 # --tta-scope core: what fits in about an hour on this host — the char LM at 4 ranks, ring
-# vs OptiReduce mode, no fault, 1% loss and the straggler, the same 3 seeds.
+# vs OptiReduce mode, no fault, 1% loss and the straggler, the same 3 seeds, and its
+# 2-rank times as in the full scope.
 TTA_RUNS_CORE = [
     ("charlm", "charlm", 4, ["--configs", "ring,optireduce", "--env", "lossless:none",
                              "--env", "loss1:none@0.01", "--env", "straggler:spike:0.05:80"]),
+    TTA_RUNS[1],
 ]
 
 
@@ -581,8 +583,8 @@ def section_tta(a, d):
             "sleeping exp:10 ms and 1%% loss)." if a.quick else
             "Core scope (`--tta-scope core`, about an hour here): the char LM only, Gloo "
             "ring vs OptiReduce mode, no fault, 1%% packet loss%s and the last rank sleeping "
-            "80 ms before 5%% of the steps; the full scope adds TAR, digits, congestion and "
-            "2-rank runs (hours on this host)." % (" on every link" if os.geteuid() == 0 else "")
+            "80 ms before 5%% of the steps; the full scope adds TAR, digits and congestion "
+            "(hours on this host)." % (" on every link" if os.geteuid() == 0 else "")
             if a.tta_scope == "core" else
             "Environments: no fault; 1%% packet loss%s; the last rank sleeping 80 ms before "
             "5%% of the steps%s." % (
@@ -594,10 +596,6 @@ def section_tta(a, d):
         "Times (time to target, speed-up) are therefore also given at 2 ranks, one per "
         "core, for the loss and straggler environments (columns *2 ranks*). Backward "
         "compute runs inside the measured sync time (DDP overlaps it with the allreduces)."
-        if not a.quick and a.tta_scope == "full" else
-        "This host has 2 cores: with 4 ranks two share a core, so every step also waits for "
-        "a core and a rank the scheduler holds back is a straggler to every configuration "
-        "(the full scope repeats the times at 2 ranks, one per core)."
         if not a.quick else "This host has 2 cores.", ""]
     for folder, workload, _, _ in tta_runs:
         rows = tables.get(folder)
