@@ -798,6 +798,12 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
       extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
   int log2_block = extras.hadamardLog2Block();
   if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
+  if (by_default && bounded) {
+    const int block = log2_block > 0 ? log2_block : hadamard::Options().log2_block;
+    if (!HadamardSpreadsShards(g.elements, g.context->size, block)) {
+      mode = AllreduceOptions::Hadamard::kOff;
+    }
+  }
   Job job{g};
   job.type = type;
   job.op = op;
@@ -819,6 +825,11 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
 }
 
 }  // namespace
+
+bool HadamardSpreadsShards(size_t elements, int ranks, int log2_block) {
+  if (ranks <= 1 || log2_block < 0 || log2_block >= 63) return false;
+  return elements / static_cast<size_t>(ranks) < (size_t{1} << log2_block);
+}
 
 const gloo::detail::AllreduceOptionsImpl& GlooOptionsOf(const gloo::AllreduceOptions& opts) {
   return ImplAccess::Get(opts);

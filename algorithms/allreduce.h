@@ -27,8 +27,10 @@ class AllreduceOptions : public gloo::AllreduceOptions {
     kOff,   // never transform
     kOn,    // transform; an error if the type/op is not a floating-point sum
     kAuto,  // transform floating-point sums, bypass everything else
-    // The default: kAuto in OptiReduce mode (as GLOO_ALGO=optireduce: the transform spreads
-    // a lost packet's damage), kOff in reliable TAR (as GLOO_ALGO=transpose: exact sums).
+    // The default. In OptiReduce mode: kAuto where a TAR shard (elements / N) is smaller
+    // than a transform block, kOff where it is not (HadamardSpreadsShards: the transform
+    // can only spread a shard the decision leaves out over the blocks that shard shares
+    // with others). In reliable TAR: kOff (as GLOO_ALGO=transpose: exact sums).
     kDefault,
   };
 
@@ -129,7 +131,8 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   // spreads over 512x more coordinates than its size. Measured end to end at 1% loss
   // (tests/algorithms/bounded_transpose_test) the max-abs error shrinks 4.3x with 2^15,
   // 5.0x with 2^16, 6.2x with 2^17, 6.4x with 2^18; the transform costs ~10% more per
-  // extra doubling (algorithms/README.md), so 2^17.
+  // extra doubling (algorithms/README.md), so 2^17. It is also the size below which a TAR
+  // shard is transformed by default (Hadamard::kDefault).
   static constexpr int kBoundedHadamardLog2Block = 17;
   static constexpr uint64_t kDefaultHadamardSeed = 0x6f707469726564ULL;  // "optired"
 
@@ -151,6 +154,16 @@ class AllreduceOptions : public gloo::AllreduceOptions {
   BoundedChannel* channel_ = nullptr;
   OpStats* stats_out_ = nullptr;
 };
+
+// Whether OptiReduce mode's default (Hadamard::kDefault) transforms an allreduce of
+// `elements` over `ranks` ranks with blocks of 2^log2_block elements: when a TAR shard
+// (elements / ranks) is smaller than a block. Every counted byte is repaired, so the
+// transform only acts on a shard the decision leaves out (zero in the transformed domain,
+// carried): the inverse spreads it over the blocks it shares with other shards, and a block
+// wholly inside it stays zero in both domains. With shards of a block or more the transform
+// would freeze the same contiguous range while costing two passes over the buffer. A
+// function of the call alone: the same on every rank.
+bool HadamardSpreadsShards(size_t elements, int ranks, int log2_block);
 
 // The policy used when AllreduceOptions has none.
 TimeoutPolicy& DefaultTimeoutPolicy();

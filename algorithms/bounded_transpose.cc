@@ -187,6 +187,20 @@ void PlaceReducedShardsAndInverse(T* data, size_t elements, const TransposePlan&
   }
 }
 
+// mine[e] += sources[0][e], then sources[1][e], ... — in that order for every element (the
+// same bytes as one pass per source), a cache-sized run of `mine` at a time: it is read
+// and written once instead of once per source.
+template <typename T>
+void SumInto(T* mine, size_t count, const std::vector<const T*>& sources) {
+  constexpr size_t kRun = 4096;  // 16 KiB of float: the run stays in L1 across the sources
+  for (size_t b = 0; b < count; b += kRun) {
+    const size_t e1 = std::min(count, b + kRun);
+    for (const T* src : sources) {
+      for (size_t e = b; e < e1; e++) mine[e] += src[e];
+    }
+  }
+}
+
 // Scratch of one thread's operations: the peers' phase-1 contributions to this rank's
 // shard and the other owners' phase-2 shards (internal::ThreadScratch: touched when it
 // grows, since the first bounded operation of a size otherwise missed its deadlines on
@@ -535,11 +549,11 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   // Exactly the counted contributions, in step order: the owner's sum is the one value of
   // its shard on every rank.
   if (me_counted) {
+    std::vector<const T*> sources;
     for (size_t i = 0; i < regions1.size(); i++) {
-      if (!counted[regions1[i].peer]) continue;
-      const T* src = peer_data[i];
-      for (size_t e = 0; e < my_count; e++) mine[e] += src[e];
+      if (counted[regions1[i].peer]) sources.push_back(peer_data[i]);
     }
+    SumInto(mine, my_count, sources);
   }
   rx1.reset();
 

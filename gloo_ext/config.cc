@@ -524,5 +524,17 @@ const Config& GetConfigOrThrow() {
   return *config;
 }
 
+AllreduceOptions::Hadamard HadamardFor(HadamardSetting setting) {
+  switch (setting) {
+    case HadamardSetting::kOff:
+      return AllreduceOptions::Hadamard::kOff;
+    case HadamardSetting::kOn:
+      return AllreduceOptions::Hadamard::kAuto;
+    case HadamardSetting::kDefault:
+      break;
+  }
+  return AllreduceOptions::Hadamard::kDefault;
+}
+
 }  // namespace gloo_ext
 }  // namespace optireduce

@@ -33,6 +33,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "algorithms/allreduce.h"
 
 namespace optireduce {
 namespace gloo_ext {
@@ -47,10 +48,15 @@ const char* AlgoName(Algo algo);
 
 // OPTIREDUCE_HADAMARD: whether TAR applies the randomized Hadamard transform.
 enum class HadamardSetting : uint8_t {
-  kDefault,  // unset: off for transpose, on (float sums only) for optireduce
+  kDefault,  // unset: off for transpose, the library's default for optireduce (HadamardFor)
   kOff,      // 0/off/false/no
   kOn,       // 1/on/true/yes: transform float32/float64 sums, other data as is
 };
+
+// OPTIREDUCE_HADAMARD in OptiReduce mode, as AllreduceOptions::Hadamard: unset, the
+// library's default (kDefault: float sums whose TAR shards are smaller than a transform
+// block); 1, every float sum (kAuto); 0, none (kOff).
+AllreduceOptions::Hadamard HadamardFor(HadamardSetting setting);
 
 // OPTIREDUCE_LAYOUT: the layout of Transpose AllReduce (AllreduceOptions::Layout).
 enum class LayoutSetting : uint8_t {

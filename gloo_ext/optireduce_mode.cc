@@ -31,8 +31,7 @@ void RunOptiReduce(const ::gloo::AllreduceOptions& opts, const ReduceKind& kind)
   extras.setDataType(kind.type);
   extras.setReduceOp(kind.op);
   extras.setMode(AllreduceOptions::Mode::kBounded);
-  extras.setHadamard(config.hadamard == HadamardSetting::kOff ? AllreduceOptions::Hadamard::kOff
-                                                              : AllreduceOptions::Hadamard::kAuto);
+  extras.setHadamard(HadamardFor(config.hadamard));
   extras.setMaxLoss(config.max_loss);
   SetLayout(config.layout, &extras);
   optireduce::allreduce(opts, extras);

@@ -1,7 +1,7 @@
 // GLOO_ALGO=optireduce: the bounded (time-limited, loss-tolerant) allreduce.
 //
 // OptiReduce mode (algorithms/bounded_transpose.h) with the settings of the environment:
-// Hadamard on for float sums unless OPTIREDUCE_HADAMARD=0, OPTIREDUCE_MAX_LOSS, and
+// the library's Hadamard default (HadamardFor), OPTIREDUCE_MAX_LOSS, and
 // OPTIREDUCE_TIMEOUT_MS as the hard cap of the adaptive bound. On a transport without a
 // bounded service (Gloo TCP) it runs exact TAR and says so once on stderr.
 #pragma once

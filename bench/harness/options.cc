@@ -135,8 +135,10 @@ std::string BenchUsage(const char* argv0) {
       "      --start-grace=G       optireduce: how long a rank that has not started is\n"
       "                            waited for: learned (P90 x 1.25 of how late ranks\n"
       "                            started, default) or budget (the repair budget)\n"
-      "      --hadamard=on|off     optireduce: the randomized Hadamard transform (default\n"
-      "                            on, as the library; off = OPTIREDUCE_HADAMARD=0)\n"
+      "      --hadamard=auto|on|off optireduce: the randomized Hadamard transform: auto\n"
+      "                            (default, as the library: float sums whose TAR shards\n"
+      "                            are under a transform block), on (every float sum,\n"
+      "                            = OPTIREDUCE_HADAMARD=1), off (= OPTIREDUCE_HADAMARD=0)\n"
       "      --max-loss=F          optireduce: loss fraction above which an operation\n"
       "                            repairs, then flags damage (default 0.05, as the library)\n"
       "      --layout=flat|2d|auto transpose, optireduce: TAR's layout: flat, two-level\n"
@@ -167,7 +169,7 @@ absl::StatusOr<BenchOptions> DefaultsFromLibraryConfig(const gloo_ext::EnvLookup
   if (!config.ok()) return config.status();
   BenchOptions o;
   o.optireduce.max_loss = config->max_loss;
-  o.optireduce.hadamard = config->hadamard != gloo_ext::HadamardSetting::kOff;
+  o.optireduce.hadamard = gloo_ext::HadamardFor(config->hadamard);
   o.repair_budget = config->repair_budget;
   o.learn_start_grace = config->learn_start_grace;
   o.bound_cap = config->timeout;
@@ -270,8 +272,15 @@ absl::StatusOr<BenchOptions> Parse(int argc, const char* const* argv, BenchOptio
                                  return absl::OkStatus();
                                }}},
       {"--hadamard", Spec{true, [&](const std::string& f, const std::string& v) {
-                            if (v != "on" && v != "off") return Bad(f, v, "on or off");
-                            o.optireduce.hadamard = v == "on";
+                            if (v == "auto") {
+                              o.optireduce.hadamard = AllreduceOptions::Hadamard::kDefault;
+                            } else if (v == "on") {
+                              o.optireduce.hadamard = AllreduceOptions::Hadamard::kAuto;
+                            } else if (v == "off") {
+                              o.optireduce.hadamard = AllreduceOptions::Hadamard::kOff;
+                            } else {
+                              return Bad(f, v, "auto, on or off");
+                            }
                             return absl::OkStatus();
                           }}},
       {"--max-loss", Spec{true, [&](const std::string& f, const std::string& v) {

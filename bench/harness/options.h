@@ -56,7 +56,7 @@ struct BenchOptions {
   double repair_budget = 1.0;     // TimeoutOptions::repair_budget_fraction
   bool learn_start_grace = false;  // --start-grace learned (TimeoutOptions)
   std::chrono::milliseconds bound_cap{0};  // OPTIREDUCE_TIMEOUT_MS (0: adaptive only)
-  OptiReduceSettings optireduce;   // --hadamard on|off, --max-loss
+  OptiReduceSettings optireduce;   // --hadamard auto|on|off, --max-loss
 };
 
 // The algorithms this harness runs.

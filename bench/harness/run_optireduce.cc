@@ -32,8 +32,7 @@ void RunOptiReduce(const OptiReduceCall& call, IterationStats* stats) {
       static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
   opts.setTag(call.tag);
   opts.setTimeout(call.timeout);
-  opts.setHadamard(call.settings.hadamard ? AllreduceOptions::Hadamard::kAuto
-                                        : AllreduceOptions::Hadamard::kOff);
+  opts.setHadamard(call.settings.hadamard);
   opts.setMaxLoss(call.settings.max_loss);
   opts.setMode(AllreduceOptions::Mode::kBounded);
   opts.setLayout(call.settings.layout);

@@ -19,9 +19,10 @@ namespace bench {
 // The per-call settings of OptiReduce mode that the harness exposes as flags; the defaults
 // are the library's (what a PyTorch job gets without OPTIREDUCE_* variables).
 struct OptiReduceSettings {
-  // The randomized Hadamard transform (the library's default for float sums in OptiReduce
-  // mode); false: --hadamard off, as OPTIREDUCE_HADAMARD=0.
-  bool hadamard = true;
+  // The randomized Hadamard transform: --hadamard auto (default: the library's,
+  // Hadamard::kDefault), on (every float sum, as OPTIREDUCE_HADAMARD=1), off (as
+  // OPTIREDUCE_HADAMARD=0).
+  AllreduceOptions::Hadamard hadamard = AllreduceOptions::Hadamard::kDefault;
   // Loss above which an operation repairs and then flags damage (--max-loss,
   // OPTIREDUCE_MAX_LOSS).
   double max_loss = AllreduceOptions::kDefaultMaxLoss;

@@ -521,44 +521,58 @@ TEST(BoundedTranspose, FirstBoundedOperationFindsItsScratchFaultedIn) {
   });
 }
 
-// AllreduceOptions' default Hadamard setting: on in OptiReduce mode (as GLOO_ALGO=optireduce),
+// AllreduceOptions' default Hadamard setting: in OptiReduce mode on where a TAR shard is
+// smaller than a transform block (2^16 elements here, under 2^17) and off where it is not
+// (2^17: the transform could not spread a deferred shard there, HadamardSpreadsShards);
 // off in reliable TAR (exact sums). The transform's 1/sqrt(2^k) scaling rounds, so with it
 // some of these small integer sums come out inexact; without it every one is exact.
-TEST(BoundedTranspose, DefaultHadamardIsOnInOptiReduceModeOnly) {
+TEST(BoundedTranspose, DefaultHadamardTransformsOptiReduceModesShardsUnderABlockOnly) {
+  ASSERT_TRUE(HadamardSpreadsShards(kCount, kRanks, AllreduceOptions::kBoundedHadamardLog2Block));
+  constexpr size_t kShardOfABlock = kRanks * (size_t{1} << AllreduceOptions::kBoundedHadamardLog2Block);
+  ASSERT_FALSE(HadamardSpreadsShards(kShardOfABlock, kRanks,
+                                     AllreduceOptions::kBoundedHadamardLog2Block));
+  ASSERT_TRUE(HadamardSpreadsShards(kShardOfABlock - kRanks, kRanks,
+                                    AllreduceOptions::kBoundedHadamardLog2Block));
   InMemoryBoundedHub hub(kRanks, 0.0, 3);
   RunThreads(kRanks, [&](const std::shared_ptr<gloo::Context>& ctx) {
     auto policy = TestPolicy();
-    for (bool bounded : {false, true}) {
-      for (int step = 0; step < 3; step++) {  // 2 calibration operations, then bounded
-        std::vector<float> data(kCount);
-        for (size_t i = 0; i < kCount; i++) data[i] = float((i * 7 + ctx->rank) % 13);
-        AllreduceOptions opts(ctx);
-        opts.setOutput(data.data(), data.size());
-        opts.setReduceFunction(RawFunc(&gloo::sum<float>));
-        OpStats stats;
-        opts.setStatsOutput(&stats);
-        if (bounded) {
-          opts.setMode(AllreduceOptions::Mode::kBounded);
-          opts.setBoundedChannel(hub.channel(ctx->rank));
-          opts.setTimeoutPolicy(policy);
-        }
-        allreduce(opts);
-        size_t inexact = 0;
-        double max_err = 0;
-        for (size_t i = 0; i < kCount; i++) {
-          float want = 0;
-          for (int r = 0; r < kRanks; r++) want += float((i * 7 + r) % 13);
-          inexact += data[i] != want;
-          max_err = std::max(max_err, std::fabs(double(data[i]) - want));
-        }
-        if (bounded) {
-          EXPECT_GT(inexact, 0u) << "step " << step << ": no rounding, so no transform";
-          // Rounding only — unless a deadline cut data (a sanitizer build's slowdown).
-          if (stats.loss_pct == 0 && !stats.damaged) {
-            EXPECT_LT(max_err, 1e-3) << step;
+    for (const size_t count : {kCount, kShardOfABlock}) {
+      for (bool bounded : {false, true}) {
+        const bool transformed = bounded && count == kCount;
+        for (int step = 0; step < 3; step++) {  // 2 calibration operations, then bounded
+          std::vector<float> data(count);
+          for (size_t i = 0; i < count; i++) data[i] = float((i * 7 + ctx->rank) % 13);
+          AllreduceOptions opts(ctx);
+          opts.setOutput(data.data(), data.size());
+          opts.setReduceFunction(RawFunc(&gloo::sum<float>));
+          OpStats stats;
+          opts.setStatsOutput(&stats);
+          if (bounded) {
+            opts.setMode(AllreduceOptions::Mode::kBounded);
+            opts.setBoundedChannel(hub.channel(ctx->rank));
+            opts.setTimeoutPolicy(policy);
           }
-        } else {
-          EXPECT_EQ(inexact, 0u) << "reliable TAR transformed by default";
+          allreduce(opts);
+          size_t inexact = 0;
+          double max_err = 0;
+          for (size_t i = 0; i < count; i++) {
+            float want = 0;
+            for (int r = 0; r < kRanks; r++) want += float((i * 7 + r) % 13);
+            inexact += data[i] != want;
+            max_err = std::max(max_err, std::fabs(double(data[i]) - want));
+          }
+          const std::string where = "count " + std::to_string(count) + " step " +
+                                    std::to_string(step) + (bounded ? " bounded" : " reliable");
+          EXPECT_EQ(stats.hadamard_seed != 0, transformed) << where;
+          if (transformed) {
+            EXPECT_GT(inexact, 0u) << where << ": no rounding, so no transform";
+            // Rounding only — unless a deadline cut data (a sanitizer build's slowdown).
+            if (stats.loss_pct == 0 && !stats.damaged) {
+              EXPECT_LT(max_err, 1e-3) << where;
+            }
+          } else if (!stats.damaged) {
+            EXPECT_EQ(inexact, 0u) << where << ": transformed";
+          }
         }
       }
     }

@@ -42,7 +42,7 @@ def run(bench_bin, *args, timeout=120):
     (["--local-ranks", "2", "--repair-budget", "-1", "optireduce"], "--repair-budget"),
     (["--local-ranks", "2", "--repair-budget", "soon", "optireduce"], "[0, 10]"),
     (["--local-ranks", "2", "--start-grace", "adaptive", "optireduce"], "budget or learned"),
-    (["--local-ranks", "2", "--hadamard", "maybe", "optireduce"], "on or off"),
+    (["--local-ranks", "2", "--hadamard", "maybe", "optireduce"], "auto, on or off"),
     (["--local-ranks", "2", "--max-loss", "2", "optireduce"], "--max-loss"),
     (["--local-ranks", "2", "--max-loss", "lots", "optireduce"], "[0, 1]"),
     (["--local-ranks", "2", "--verify=yes", "allreduce"], "takes no value"),
@@ -318,10 +318,12 @@ def test_start_grace_learned_from_how_late_ranks_start(bench_bin, tmp_path):
 def test_hadamard_switch(bench_bin):
     # 2^15 elements: the transform's 1/sqrt(2^15) scaling is inexact in float, so with it
     # on the verified result carries rounding error; off, OptiReduce mode's sums of these
-    # small multiples of 0.25 are exact.
+    # small multiples of 0.25 are exact. auto (the library's default) transforms where a
+    # TAR shard is under a block of 2^17 elements: at 2^15 elements (4 ranks: shards of
+    # 2^13), not at 2^19 (shards of 2^17).
     errs = {}
-    for h in ("on", "off"):
-        p = run(bench_bin, "--local-ranks", "4", "-t", "udp", "--elements", "32768",
+    for h, elements in (("on", 32768), ("off", 32768), ("auto", 32768), ("auto", 524288)):
+        p = run(bench_bin, "--local-ranks", "4", "-t", "udp", "--elements", str(elements),
                 "--iteration-count", "5", "--warmup-iters", "22", "--hadamard", h, "optireduce",
                 timeout=180)
         if p.returncode == 2 and "in this build" in p.stderr:
@@ -329,8 +331,9 @@ def test_hadamard_switch(bench_bin):
         assert p.returncode == 0, p.stdout + p.stderr
         rows = parse_rows(p.stdout)
         assert len(rows) == 1, p.stdout
-        errs[h] = float(rows[0][9])
-    assert errs["on"] > 0 and errs["off"] == 0, errs
+        errs[(h, elements)] = float(rows[0][9])
+    assert errs[("on", 32768)] > 0 and errs[("off", 32768)] == 0, errs
+    assert errs[("auto", 32768)] > 0 and errs[("auto", 524288)] == 0, errs
 
 
 MODE_TABLE = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "mode", "mode_table.py")
