@@ -729,8 +729,13 @@ void Run(Job job) {
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
+      // Not from an operation that carries a deferred part in: its latest peer is usually
+      // the rank left out of the operation before, still catching up on it, not the
+      // ranks' usual skew; counted within the grace, its lag would raise the grace, and a
+      // longer grace lets the next straggler's lag in too: under an occasional straggler the
+      // grace fed on itself until it was twice the ranks' usual P90 skew.
       if ((stats.mode == OpMode::kBounded || stats.mode == OpMode::kCalibration) &&
-          stats.start_lag_ms >= 0) {
+          stats.start_lag_ms >= 0 && !stats.carried_in) {
         job.policy->RecordStartLag(
             bytes, std::chrono::microseconds(static_cast<int64_t>(stats.start_lag_ms * 1000)),
             stats.start_lag_gave_up);

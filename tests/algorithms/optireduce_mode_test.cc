@@ -517,5 +517,66 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   }
 }
 
+// An operation that carries a deferred part in does not teach the start grace: its latest
+// peer is usually the rank left out of the operation before, still catching up on it, and
+// its lag would raise the grace that the next straggler is measured against. Three
+// calibrating operations and the straggler's operation leave 4 start lags, one short of
+// the 5 the grace is learned from; the operation after (carried in) adds none, the one
+// after that (nothing carried in) the fifth.
+TEST(OptiReduceModeLoop, AnOperationCarryingADeferredPartInDoesNotTeachTheStartGrace) {
+  testing::RankOptions options;
+  options.device = [](int) { return transport::loop::CreateDevice(); };
+  const int ranks = 4;
+  const int late = LeaderOfStep(3, ranks) == 2 ? 3 : 2;  // not operation 3's leader
+  std::mutex returned_mu;
+  std::condition_variable returned_cv;
+  int returned = 0;
+  testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
+    TimeoutOptions o;
+    o.peer_timeout_factor = 0;
+    o.calibration_ops = 3;
+    o.min_bound = std::chrono::milliseconds(200);
+    o.max_quiet = std::chrono::milliseconds(20);
+    o.repair_budget_fraction = 1;
+    o.learn_start_grace = true;
+    o.start_history_min = 5;
+    auto policy = std::make_shared<TimeoutPolicy>(o);
+    gloo::BarrierOptions b(ctx);
+    b.setTag(5);
+    for (uint64_t step = 0; step < 3; step++) {
+      gloo::barrier(b);
+      ASSERT_EQ(Reduce(ctx, policy, step, 0.05).stats.mode, OpMode::kCalibration);
+    }
+    gloo::barrier(b);
+    const bool straggler = ctx->rank == late;
+    if (straggler) {
+      std::unique_lock<std::mutex> lock(returned_mu);  // capped: a hang guard
+      returned_cv.wait_for(lock, std::chrono::seconds(120), [&] { return returned == ranks - 1; });
+      EXPECT_EQ(returned, ranks - 1) << "the others did not return without the straggler";
+    }
+    const Result cut = Reduce(ctx, policy, 3, 0.05);
+    if (!straggler) {
+      std::lock_guard<std::mutex> lock(returned_mu);
+      returned++;
+      returned_cv.notify_all();
+    }
+    ASSERT_EQ(cut.stats.mode, OpMode::kBounded) << cut.stats.ToJson();
+    ASSERT_EQ(cut.stats.deferred_ranks, std::vector<int>{late}) << cut.stats.ToJson();
+    EXPECT_FALSE(policy->BoundFor(kCount * 4).start_grace_learned) << "4 lags, 5 needed";
+    gloo::barrier(b);
+    const Result carried = Reduce(ctx, policy, 4, 0.05);
+    ASSERT_TRUE(carried.stats.carried_in) << carried.stats.ToJson();
+    ASSERT_GE(carried.stats.start_lag_ms, 0) << carried.stats.ToJson();
+    EXPECT_FALSE(policy->BoundFor(kCount * 4).start_grace_learned)
+        << "the operation that carried a deferred part in taught the start grace";
+    gloo::barrier(b);
+    const Result next = Reduce(ctx, policy, 5, 0.05);
+    if (!next.stats.carried_in) {  // operation 4 deferred nothing (the ranks met at a barrier)
+      EXPECT_TRUE(policy->BoundFor(kCount * 4).start_grace_learned) << next.stats.ToJson();
+    }
+    gloo::barrier(b);
+  }, options);
+}
+
 }  // namespace
 }  // namespace optireduce
