@@ -55,8 +55,9 @@ def expected(n, dtype, op):
 
 import os
 
-# GLOO_ALGO=optireduce applies the randomized Hadamard transform to float sums (unless
-# OPTIREDUCE_HADAMARD=0): their results are then correct to rounding, not bit-exact.
+# GLOO_ALGO=optireduce applies the randomized Hadamard transform to float sums whose TAR
+# shards are under 2^17 elements, every tensor here (unless OPTIREDUCE_HADAMARD=0): their
+# results are then correct to rounding, not bit-exact.
 HADAMARD_SUMS = (os.environ.get("GLOO_ALGO", "").lower() == "optireduce"
                  and os.environ.get("OPTIREDUCE_HADAMARD", "1") not in ("0", "off", "false"))
 OP_NAMES = {dist.ReduceOp.SUM: "SUM", dist.ReduceOp.MAX: "MAX", dist.ReduceOp.MIN: "MIN",

@@ -30,7 +30,8 @@ dist.init_process_group("gloo", init_method=init_method, rank=rank, world_size=w
                         timeout=datetime.timedelta(seconds=120))
 warnings.simplefilter("ignore")  # all_reduce_multigpu's deprecation warning, every call
 
-# OptiReduce mode transforms float sums (Hadamard): correct to rounding, not bit-exact.
+# OptiReduce mode transforms float sums of this size (Hadamard): correct to rounding, not
+# bit-exact.
 ROUNDING = os.environ.get("GLOO_ALGO", "").lower() == "optireduce"
 N = 4096
 
