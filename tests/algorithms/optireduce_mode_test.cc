@@ -432,6 +432,46 @@ TEST(OptiReduceModeLoop, TheStartGraceIsLearnedByTheEndOfCalibration) {
   }, options);
 }
 
+// A policy with the learned start grace (OPTIREDUCE_START_GRACE=learned) from
+// `start_history_min` start lags, 3 calibrating operations and no peer timeout.
+std::shared_ptr<TimeoutPolicy> LearnedGracePolicy(double repair_budget_fraction,
+                                                  size_t start_history_min) {
+  TimeoutOptions o;
+  o.peer_timeout_factor = 0;
+  o.calibration_ops = 3;
+  o.min_bound = std::chrono::milliseconds(200);
+  o.max_quiet = std::chrono::milliseconds(20);
+  o.repair_budget_fraction = repair_budget_fraction;
+  o.learn_start_grace = true;
+  o.start_history_min = start_history_min;
+  return std::make_shared<TimeoutPolicy>(o);
+}
+
+// A straggler that starts an operation once the others have returned from it (ranks are
+// threads here): however the host schedules the leader, it has decided without it.
+class StragglerGate {
+ public:
+  explicit StragglerGate(int others) : others_(others) {}
+  // The straggler, before its call: waits for the others (capped: a hang guard).
+  void AwaitOthers() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(120), [&] { return returned_ == others_; });
+    EXPECT_EQ(returned_, others_) << "the others did not return without the straggler";
+  }
+  // Each other rank, after its call.
+  void Returned() {
+    std::lock_guard<std::mutex> lock(mu_);
+    returned_++;
+    cv_.notify_all();
+  }
+
+ private:
+  const int others_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int returned_ = 0;
+};
+
 TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   // Ranks that start together teach the policy that peers start within milliseconds; a
   // straggler is then given up at that grace, not after the whole repair budget (3 bounds
@@ -442,21 +482,9 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
   // The straggler of operation 9 (3 calibrating and 6 bounded before it), not its leader.
   const int late = LeaderOfStep(9, ranks) == 2 ? 3 : 2;
   std::vector<std::vector<float>> cut(ranks), next_of(ranks);
-  // The straggler starts once the others have returned from the operation (ranks are
-  // threads here): however the host schedules the leader, it has decided without it.
-  std::mutex returned_mu;
-  std::condition_variable returned_cv;
-  int returned = 0;
+  StragglerGate gate(ranks - 1);
   testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-    TimeoutOptions o;
-    o.peer_timeout_factor = 0;
-    o.calibration_ops = 3;
-    o.min_bound = std::chrono::milliseconds(200);
-    o.max_quiet = std::chrono::milliseconds(20);
-    o.repair_budget_fraction = 3;
-    o.learn_start_grace = true;  // OPTIREDUCE_START_GRACE=learned
-    o.start_history_min = 6;
-    auto policy = std::make_shared<TimeoutPolicy>(o);
+    auto policy = LearnedGracePolicy(/*repair_budget_fraction=*/3, /*start_history_min=*/6);
     gloo::BarrierOptions b(ctx);
     b.setTag(5);
     OpStats last;
@@ -480,17 +508,9 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
     ASSERT_TRUE(bound.start_grace_learned);
     gloo::barrier(b);
     const bool straggler = ctx->rank == late;
-    if (straggler) {
-      std::unique_lock<std::mutex> lock(returned_mu);  // capped: a hang guard
-      returned_cv.wait_for(lock, std::chrono::seconds(120), [&] { return returned == ranks - 1; });
-      EXPECT_EQ(returned, ranks - 1) << "the others did not return without the straggler";
-    }
+    if (straggler) gate.AwaitOthers();
     Result r = Reduce(ctx, policy, 20, 0.05);
-    if (!straggler) {
-      std::lock_guard<std::mutex> lock(returned_mu);
-      returned++;
-      returned_cv.notify_all();
-    }
+    if (!straggler) gate.Returned();
     for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
     EXPECT_EQ(r.stats.deferred_ranks, std::vector<int>{late}) << r.stats.ToJson();
     if (!straggler) {
@@ -528,19 +548,9 @@ TEST(OptiReduceModeLoop, AnOperationCarryingADeferredPartInDoesNotTeachTheStartG
   options.device = [](int) { return transport::loop::CreateDevice(); };
   const int ranks = 4;
   const int late = LeaderOfStep(3, ranks) == 2 ? 3 : 2;  // not operation 3's leader
-  std::mutex returned_mu;
-  std::condition_variable returned_cv;
-  int returned = 0;
+  StragglerGate gate(ranks - 1);
   testing::RunThreads(ranks, [&](const std::shared_ptr<gloo::Context>& ctx) {
-    TimeoutOptions o;
-    o.peer_timeout_factor = 0;
-    o.calibration_ops = 3;
-    o.min_bound = std::chrono::milliseconds(200);
-    o.max_quiet = std::chrono::milliseconds(20);
-    o.repair_budget_fraction = 1;
-    o.learn_start_grace = true;
-    o.start_history_min = 5;
-    auto policy = std::make_shared<TimeoutPolicy>(o);
+    auto policy = LearnedGracePolicy(/*repair_budget_fraction=*/1, /*start_history_min=*/5);
     gloo::BarrierOptions b(ctx);
     b.setTag(5);
     for (uint64_t step = 0; step < 3; step++) {
@@ -549,17 +559,9 @@ TEST(OptiReduceModeLoop, AnOperationCarryingADeferredPartInDoesNotTeachTheStartG
     }
     gloo::barrier(b);
     const bool straggler = ctx->rank == late;
-    if (straggler) {
-      std::unique_lock<std::mutex> lock(returned_mu);  // capped: a hang guard
-      returned_cv.wait_for(lock, std::chrono::seconds(120), [&] { return returned == ranks - 1; });
-      EXPECT_EQ(returned, ranks - 1) << "the others did not return without the straggler";
-    }
+    if (straggler) gate.AwaitOthers();
     const Result cut = Reduce(ctx, policy, 3, 0.05);
-    if (!straggler) {
-      std::lock_guard<std::mutex> lock(returned_mu);
-      returned++;
-      returned_cv.notify_all();
-    }
+    if (!straggler) gate.Returned();
     ASSERT_EQ(cut.stats.mode, OpMode::kBounded) << cut.stats.ToJson();
     ASSERT_EQ(cut.stats.deferred_ranks, std::vector<int>{late}) << cut.stats.ToJson();
     EXPECT_FALSE(policy->BoundFor(kCount * 4).start_grace_learned) << "4 lags, 5 needed";
