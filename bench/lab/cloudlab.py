@@ -5,7 +5,8 @@ with injected loss (tc eBPF drop: random, in bursts or of small packets only), r
 Everything a Lab creates is named with its prefix ``orl-<pid>-`` (namespaces) or
 ``orl<pid>`` (links while they are in the root namespace) and is removed by close(), which
 runs on normal exit, on exceptions, on SIGINT/SIGTERM (see install_signal_handlers) and
-at interpreter exit; ``cleanup_leftovers()`` removes anything a killed lab left behind.
+at interpreter exit; ``cleanup_leftovers()`` removes anything a killed lab left behind, and
+every new Lab first removes what labs of owners that no longer run left.
 
 Topology (the bridge has its own namespace, so nothing touches the root namespace's
 addresses or routes, and several labs can run at once):
@@ -67,21 +68,38 @@ def _kill_namespace_processes(ns):
             pass
 
 
-def cleanup_leftovers(owner_pid=None):
-    """Removes namespaces and root-namespace links of labs (all, or one owner's).
-    Returns the names removed."""
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def cleanup_leftovers(owner_pid=None, dead_owners_only=False):
+    """Removes namespaces and root-namespace links of labs (all, or one owner's; with
+    `dead_owners_only`, those whose owner process is gone: a lab killed by SIGKILL or a
+    machine restart, which its own close() never ran for). Returns the names removed."""
     ns_pat = re.compile(r"^%s(\d+)-" % re.escape(NS_PREFIX))
     link_pat = re.compile(r"^%s(\d+)[ab]\d+$" % re.escape(LINK_PREFIX))
+
+    def selected(owner):
+        if owner_pid is not None and owner != owner_pid:
+            return False
+        return not dead_owners_only or not _alive(owner)
+
     removed = []
     for ns in namespaces():
         m = ns_pat.match(ns)
-        if m and (owner_pid is None or int(m.group(1)) == owner_pid):
+        if m and selected(int(m.group(1))):
             _kill_namespace_processes(ns)
             run(["ip", "netns", "del", ns], check=False)
             removed.append(ns)
     for link in root_links():
         m = link_pat.match(link)
-        if m and (owner_pid is None or int(m.group(1)) == owner_pid):
+        if m and selected(int(m.group(1))):
             run(["ip", "link", "del", link], check=False)
             removed.append(link)
     return removed
@@ -237,6 +255,9 @@ class Lab:
         self._closed = False
         self._bpf_objs = {}
         atexit.register(self.close)
+        # What labs of processes that no longer exist left behind (their close() never
+        # ran) goes first: every lab cleans up after the killed ones, so no run leaks.
+        cleanup_leftovers(dead_owners_only=True)
         try:
             self._build()
         except BaseException:

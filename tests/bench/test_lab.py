@@ -159,6 +159,33 @@ def test_cleanup_mode_removes_leftovers():
         subprocess.run(["ip", "link", "del", "orl%da0" % fake], stderr=subprocess.DEVNULL)
 
 
+def dead_pid():
+    """A pid no process has now (a killed lab's owner)."""
+    p = subprocess.Popen(["/bin/true"])
+    p.wait()
+    return p.pid
+
+
+def test_a_new_lab_removes_what_labs_of_dead_owners_left():
+    # A lab killed by SIGKILL (or a restart) never runs close(): the next lab removes its
+    # namespaces and links, and leaves those of a lab whose owner still runs.
+    import cloudlab
+    dead, live = dead_pid(), os.getpid()
+    made = ["orl-%d-0" % dead, "orl-%d-7" % live]
+    for ns in made:
+        subprocess.run(["ip", "netns", "add", ns], check=True)
+    subprocess.run(["ip", "link", "add", "orl%da0" % dead, "type", "veth", "peer", "name",
+                    "orl%db0" % dead], check=True)
+    try:
+        with cloudlab.Lab(2):
+            assert not lab_names_of(dead)
+            assert "orl-%d-7" % live in netns()
+    finally:
+        for ns in made:
+            subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+        subprocess.run(["ip", "link", "del", "orl%da0" % dead], stderr=subprocess.DEVNULL)
+
+
 def test_ebpf_drop_loses_about_the_given_share():
     # 2000 datagrams, paced so the receiver keeps up; drop 50% on rank 0's link.
     script = ("import socket,sys,time\n"
