@@ -732,8 +732,8 @@ void Run(Job job) {
       // Not from an operation that carries a deferred part in: its latest peer is usually
       // the rank left out of the operation before, still catching up on it, not the
       // ranks' usual skew; counted within the grace, its lag would raise the grace, and a
-      // longer grace lets the next straggler's lag in too: under an occasional straggler the
-      // grace fed on itself until it was twice the ranks' usual P90 skew.
+      // longer grace lets the next straggler's lag in too, so the grace would feed on
+      // every straggle.
       if ((stats.mode == OpMode::kBounded || stats.mode == OpMode::kCalibration) &&
           stats.start_lag_ms >= 0 && !stats.carried_in) {
         job.policy->RecordStartLag(
@@ -803,11 +803,8 @@ Job MakeJob(const Impl& g, const AllreduceOptions& extras) {
       extras.timeoutPolicy() ? extras.timeoutPolicy().get() : &DefaultTimeoutPolicy();
   int log2_block = extras.hadamardLog2Block();
   if (log2_block <= 0 && bounded) log2_block = AllreduceOptions::kBoundedHadamardLog2Block;
-  if (by_default && bounded) {
-    const int block = log2_block > 0 ? log2_block : hadamard::Options().log2_block;
-    if (!HadamardSpreadsShards(g.elements, g.context->size, block)) {
-      mode = AllreduceOptions::Hadamard::kOff;
-    }
+  if (by_default && bounded && !HadamardSpreadsShards(g.elements, g.context->size, log2_block)) {
+    mode = AllreduceOptions::Hadamard::kOff;
   }
   Job job{g};
   job.type = type;

@@ -73,6 +73,16 @@ TEST(ConfigTest, Hadamard) {
               AllOf(HasSubstr("OPTIREDUCE_HADAMARD"), HasSubstr("'2'"), HasSubstr("0, 1")));
 }
 
+// What GLOO_ALGO=optireduce (and optireduce-bench's defaults) pass to the library: unset
+// leaves the library's default (shards under a block), 1 transforms every float sum.
+TEST(ConfigTest, HadamardInOptiReduceMode) {
+  EXPECT_EQ(HadamardFor(Parse({})->hadamard), AllreduceOptions::Hadamard::kDefault);
+  EXPECT_EQ(HadamardFor(Parse({{"OPTIREDUCE_HADAMARD", "1"}})->hadamard),
+            AllreduceOptions::Hadamard::kAuto);
+  EXPECT_EQ(HadamardFor(Parse({{"OPTIREDUCE_HADAMARD", "off"}})->hadamard),
+            AllreduceOptions::Hadamard::kOff);
+}
+
 TEST(ConfigTest, Layout) {
   EXPECT_EQ(Parse({})->layout.layout, LayoutSetting::kAuto);
   EXPECT_EQ(Parse({{"OPTIREDUCE_LAYOUT", "flat"}})->layout.layout, LayoutSetting::kFlat);
