@@ -66,10 +66,19 @@ class BoundedReceive {
   // `peer_factor` times the median transfer time of the done ones from its first packet
   // (one that has not started: from the moment half were done), at least `quiet` and a
   // quarter of the time from the post to `deadline`.
+  // With `unstarted_cutoff`, a region that has received nothing by then no longer holds
+  // the wait: once every other region is complete, Wait returns kPeerTimeout (a decider
+  // leaves a peer that had not started by the start grace out without also waiting out
+  // the peer timeout).
   // No byte is written into the regions after Wait (or Repair) returns, until Repair is
-  // called.
+  // called — except into a region that Wait ended without (nothing had arrived at the
+  // cutoff): its late start keeps landing in place until it is complete or given up
+  // (GiveUp), so a peer counted after all needs no repair of what it sent meanwhile. The
+  // caller reads such a region only once it is complete.
   virtual PhaseEnd Wait(BoundedClock::time_point deadline, std::chrono::microseconds quiet,
-                        double peer_factor = 0) = 0;
+                        double peer_factor = 0,
+                        BoundedClock::time_point unstarted_cutoff =
+                            BoundedClock::time_point::max()) = 0;
 
   // Asks the senders to send the missing ranges again and waits until complete or
   // `deadline`. A sender that cannot serve says so: one whose sources are released is not

@@ -90,6 +90,19 @@ void WaitDecision(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArg
   }
 }
 
+// The decision received from context rank `from`; raises when it does not decode.
+Decision ReadDecision(const std::vector<uint64_t>& words, int n, uint64_t op, int from,
+                      const BoundedTransposeArgs& a) {
+  absl::StatusOr<Decision> got = Decision::Decode(words, n, op);
+  if (!got.ok()) {
+    throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") from rank ",
+                                         from, ": ", got.status().message()));
+  }
+  Decision d = *std::move(got);
+  d.decider = a.team.MemberOf(from);
+  return d;
+}
+
 void WaitDecisionSent(gloo::transport::UnboundBuffer& buf, const BoundedTransposeArgs& a,
                       Clock::time_point until) {
   int to = -1;
@@ -451,7 +464,37 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   } else if (!is_leader && !is_deputy) {
     decision_buf->recv(std::vector<int>{team.Rank(a.leader), team.Rank(deputy)}, a.decision_slot);
   }
-  for (int step = 1; step < n; step++) {
+  // A rank that begins after its peers decided without it (a straggler: the decision is
+  // already here) sends no phase-1 data: nobody counts it, and on a shared host its peers'
+  // next operation would pay for receiving and dropping it. Only on a transport of our
+  // own, whose poll of a receive ends without failing the context.
+  Decision decision;
+  int decision_from = -1;
+  bool have_decision = false;
+  // A deputy that already has its leader's phase-1 data knows that the leader decides
+  // (DeputyTakesOver would say so without asking): it takes the decision as the others do.
+  bool deputy_defers = false;
+  if (is_deputy) {
+    for (size_t i = 0; i < regions1.size(); i++) {
+      if (regions1[i].peer == team.Rank(a.leader) && rx1->FirstArrival(i)) deputy_defers = true;
+    }
+    if (deputy_defers) decision_buf->recv(team.Rank(a.leader), a.decision_slot);
+  }
+  if ((ceded || (!is_leader && !is_deputy) || deputy_defers) &&
+      a.channel == BoundedChannelOf(ctx)) {
+    const std::optional<bool> polled =
+        a.channel->PollRecv(*decision_buf, &decision_from, std::chrono::milliseconds(0));
+    if (polled.has_value() && !*polled) {
+      GLOO_THROW_IO_EXCEPTION("optireduce::allreduce (tag ", a.tag,
+                              ") aborted while waiting for the decision");
+    }
+    if (polled.has_value()) {
+      decision = ReadDecision(decision_words, n, op1, decision_from, a);
+      have_decision = true;
+    }
+  }
+  const bool left_out_already = have_decision && !decision.counted[rank];
+  for (int step = 1; step < n && !left_out_already; step++) {
     const int owner = plan.SendPeer(rank, step);
     if (plan.ShardCount(owner) == 0) continue;
     a.channel->Send(team.Rank(owner), op1, data + plan.ShardBegin(owner),
@@ -474,15 +517,19 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
   PhaseStats& p1 = stats->phase[0];
   const auto phase1_start = Clock::now();
   for (const BoundedRegion& r : regions1) p1.bytes_expected += r.nbytes;
-  p1.end = rx1->Wait(start + half, a.bound.quiet, a.bound.peer_factor);
+  // A peer that has not started by the start grace does not hold the wait: the decider
+  // then decides without waiting out the peer timeout too, and the others wait for its
+  // decision. What such a peer sends meanwhile still lands (it may be counted after all).
+  p1.end = rx1->Wait(start + half, a.bound.quiet, a.bound.peer_factor, start_by);
   NoteArrivals(*rx1, regions1, {}, &p1);
   if (rx1->SizeAgreement().ok()) ThrowIfGone(*rx1, regions1, {}, a, "receiving phase-1 data from");
 
-  Decision decision;
-  decision.op = op1;
-  decision.decider = a.leader;
+  if (!have_decision) {
+    decision.op = op1;
+    decision.decider = a.leader;
+  }
   bool decides = is_leader && !ceded;
-  if (is_deputy) {
+  if (is_deputy && !deputy_defers) {
     decides = DeputyTakesOver(*rx1, regions1, start_by, complete_by, a, &p1);
     if (!decides) decision_buf->recv(team.Rank(a.leader), a.decision_slot);
   }
@@ -516,16 +563,9 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     for (int peer = 0; peer < n; peer++) {
       if (peer != rank) decision_buf->send(team.Rank(peer), a.decision_slot);
     }
-  } else {
-    int from = -1;
-    WaitDecision(*decision_buf, a, complete_by, &from);
-    absl::StatusOr<Decision> got = Decision::Decode(decision_words, n, op1);
-    if (!got.ok()) {
-      throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") from rank ",
-                                           from, ": ", got.status().message()));
-    }
-    decision = *std::move(got);
-    decision.decider = team.MemberOf(from);
+  } else if (!have_decision) {
+    WaitDecision(*decision_buf, a, complete_by, &decision_from);
+    decision = ReadDecision(decision_words, n, op1, decision_from, a);
   }
   // Sizes are checked once the decision is out: a leader that raised before sending it
   // would leave its peers waiting for it until their timeout.

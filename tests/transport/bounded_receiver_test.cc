@@ -152,6 +152,61 @@ TEST(BoundedReceiverGiveUp, FirstArrivalIsWhenTheFirstPayloadCameOrThePostForSta
   EXPECT_FALSE(rx->FirstArrival(5).has_value());  // no such region
 }
 
+// The unstarted cutoff (a decider's start grace): a region that received nothing by then
+// does not hold the wait, and what its sender sends afterwards still lands, until the
+// region is given up; a region that has started holds the wait as before.
+TEST(BoundedReceiverCutoff, ARegionWithNothingByTheCutoffEndsTheWaitAndStillLandsUntilGivenUp) {
+  BoundedReceiver receiver;
+  std::vector<char> dst1(100, 0), dst3(100, 0);
+  auto rx = receiver.Post(21, {{1, dst1.data(), 100}, {3, dst3.data(), 100}}, nullptr);
+  const std::vector<char> ones(100, 1), twos(100, 2);
+  receiver.OnData(21, 1, 0, ones.data(), 100, /*last=*/true);
+  const auto start = Clock::now();
+  // The deadline and the quiet period are far away: only the cutoff (passed) ends it.
+  EXPECT_EQ(rx->Wait(start + std::chrono::seconds(60), std::chrono::hours(1), 0,
+                     /*unstarted_cutoff=*/start),
+            PhaseEnd::kPeerTimeout);
+  EXPECT_LT(Clock::now() - start, std::chrono::seconds(30));
+  // Peer 3 starts after the wait: its payload is written (a decider may count it).
+  receiver.OnData(21, 3, 0, twos.data(), 50, /*last=*/false);
+  ASSERT_EQ(rx->Arrived(1).size(), 1u);
+  EXPECT_EQ(rx->Arrived(1)[0].end, 50u);
+  EXPECT_EQ(dst3[0], 2);
+  EXPECT_EQ(receiver.counters().stale_packets, 0u);
+  // Given up: no more writes.
+  rx->GiveUp(3);
+  receiver.OnData(21, 3, 50, twos.data(), 50, /*last=*/true);
+  EXPECT_EQ(dst3[99], 0);
+  EXPECT_EQ(receiver.counters().stale_packets, 1u);
+  // Region 1 was complete when the wait ended: it is read, never written again.
+  receiver.OnData(21, 1, 0, twos.data(), 100, /*last=*/true);
+  EXPECT_EQ(dst1, ones);
+}
+
+TEST(BoundedReceiverCutoff, AStartedRegionHoldsTheWaitAndWithoutACutoffNothingLandsAfterIt) {
+  BoundedReceiver receiver;
+  std::vector<char> dst1(100, 0), dst2(100, 0), dst3(100, 0);
+  auto rx = receiver.Post(22, {{1, dst1.data(), 100}, {2, dst2.data(), 100}}, nullptr);
+  const std::vector<char> ones(100, 1);
+  receiver.OnData(22, 1, 0, ones.data(), 100, /*last=*/true);
+  receiver.OnData(22, 2, 0, ones.data(), 10, /*last=*/false);  // started, not complete
+  const auto start = Clock::now();
+  EXPECT_EQ(rx->Wait(start + std::chrono::milliseconds(30), std::chrono::hours(1), 0,
+                     /*unstarted_cutoff=*/start - std::chrono::seconds(1)),
+            PhaseEnd::kDeadline);  // held by region 2 until the deadline
+  EXPECT_GE(Clock::now() - start, std::chrono::milliseconds(30));
+  receiver.OnData(22, 2, 10, ones.data(), 90, /*last=*/true);
+  EXPECT_EQ(dst2[10], 0) << "a started region was written after its wait";
+  // No cutoff: a region with nothing is not held open either.
+  auto later = receiver.Post(23, {{1, dst1.data(), 100}, {3, dst3.data(), 100}}, nullptr);
+  receiver.OnData(23, 1, 0, ones.data(), 100, /*last=*/true);
+  EXPECT_EQ(later->Wait(Clock::now() + std::chrono::milliseconds(10), std::chrono::hours(1), 0),
+            PhaseEnd::kDeadline);
+  receiver.OnData(23, 3, 0, ones.data(), 100, /*last=*/true);
+  EXPECT_EQ(dst3[0], 0);
+  EXPECT_EQ(receiver.counters().stale_packets, 2u);
+}
+
 // Staging (packets of operations this rank has not posted yet: it is behind).
 void Stage(BoundedReceiver& r, uint64_t op, int src, size_t bytes, size_t packet = 100) {
   std::vector<char> data(packet, static_cast<char>(op));

@@ -445,8 +445,9 @@ class KillingChannel : public BoundedChannel {
    public:
     explicit KillingReceive(std::unique_ptr<BoundedReceive> inner) : inner_(std::move(inner)) {}
     optireduce::PhaseEnd Wait(optireduce::BoundedClock::time_point deadline,
-                              std::chrono::microseconds quiet, double peer_factor) override {
-      return inner_->Wait(deadline, quiet, peer_factor);
+                              std::chrono::microseconds quiet, double peer_factor,
+                              optireduce::BoundedClock::time_point unstarted_cutoff) override {
+      return inner_->Wait(deadline, quiet, peer_factor, unstarted_cutoff);
     }
     optireduce::PhaseEnd Repair(optireduce::BoundedClock::time_point deadline,
                                 std::chrono::microseconds) override {

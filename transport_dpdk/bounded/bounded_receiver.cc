@@ -28,13 +28,19 @@ class BoundedReceiver::Receive : public BoundedReceive {
   }
 
   PhaseEnd Wait(Clock::time_point deadline, std::chrono::microseconds quiet,
-                double peer_factor) override {
+                double peer_factor, Clock::time_point unstarted_cutoff) override {
     PhaseEnd end;
     {
       std::unique_lock<std::mutex> lock(owner_->mu_);
-      end = WaitLocked(lock, deadline, quiet, peer_factor, std::nullopt);
-      // The caller reads the regions from now on (interface contract): no more writes.
+      end = WaitLocked(lock, deadline, quiet, peer_factor, std::nullopt, unstarted_cutoff);
+      // The caller reads the regions from now on (interface contract): no more writes,
+      // but into regions that had not started at the cutoff (read once complete).
       posted_->accepting = false;
+      if (Clock::now() >= unstarted_cutoff) {
+        for (Region& r : posted_->regions) {
+          if (r.first_arrival == Clock::time_point{} && !r.given_up) r.held_open = true;
+        }
+      }
     }
     NoticeMismatch();
     return end;
@@ -59,25 +65,33 @@ class BoundedReceiver::Receive : public BoundedReceive {
 
   // With `settle_grace` (repairs): also returns (kDeadline) once every incomplete region's
   // sender said it cannot serve — released, or not started for longer than the grace.
+  // With `unstarted_cutoff` (Wait): also returns (kPeerTimeout) from then on once every
+  // region is complete, given up, or has received nothing.
   PhaseEnd WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
                       std::chrono::microseconds quiet, double peer_factor,
-                      std::optional<std::chrono::microseconds> settle_grace) {
+                      std::optional<std::chrono::microseconds> settle_grace,
+                      Clock::time_point unstarted_cutoff = Clock::time_point::max()) {
     for (;;) {
       if (!posted_->mismatch.ok()) return PhaseEnd::kPeerFailed;
       bool complete = true;
       bool done_or_given_up = true;  // complete, but for regions given up
+      bool done_or_unstarted = true;  // ... or but for regions that received nothing
       bool all_last = true;
       for (const Region& r : posted_->regions) {
         const bool full = r.bytes == r.spec.nbytes;
         if (!full && !r.given_up && !r.failure.ok()) return PhaseEnd::kPeerFailed;
         complete = complete && full;
         done_or_given_up = done_or_given_up && (full || r.given_up);
+        done_or_unstarted = done_or_unstarted &&
+                            (full || r.given_up || r.first_arrival == Clock::time_point{});
         all_last = all_last && (r.last_seen || full || r.given_up);
       }
       if (complete) return PhaseEnd::kComplete;
       // The others are in and a straggler was given up: cut by a timeout (its own phase 1).
       if (done_or_given_up) return PhaseEnd::kPeerTimeout;
       const auto now = Clock::now();
+      // The others are in and the rest had not started by the cutoff.
+      if (done_or_unstarted && now >= unstarted_cutoff) return PhaseEnd::kPeerTimeout;
       Clock::time_point settle_wake = Clock::time_point::max();
       if (settle_grace) {
         bool settled = true;
@@ -92,6 +106,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
       if (all_last && now - posted_->last_arrival >= quiet) return PhaseEnd::kEarlyTimeout;
       if (now >= deadline) return PhaseEnd::kDeadline;
       auto wake = std::min(deadline, settle_wake);
+      if (done_or_unstarted) wake = std::min(wake, unstarted_cutoff);
       if (all_last) wake = std::min(wake, posted_->last_arrival + quiet);
       if (peer_factor > 0) {
         const auto peer_deadline = PeerDeadline(deadline, quiet, peer_factor);
@@ -357,6 +372,12 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
     return;
   }
   region->last_payload = now;
+  if (region->bytes == region->spec.nbytes) {
+    // A duplicate of a complete region (a repair crossing the original): the caller may
+    // be reading it.
+    counters_.duplicate_bytes += len;
+    return;
+  }
   std::memcpy(static_cast<char*>(region->spec.dst) + offset, data, len);
   counters_.applied_packets++;
   // Merge [offset, offset + len) into the arrived set, counting only new bytes.
@@ -385,6 +406,13 @@ void BoundedReceiver::ApplyLocked(Posted& posted, int src, uint64_t offset, cons
   if (wake) cv_.notify_all();
 }
 
+bool BoundedReceiver::HeldOpenLocked(const Posted& posted, int src) {
+  for (const Region& r : posted.regions) {
+    if (r.spec.peer == src) return r.held_open && !r.given_up;
+  }
+  return false;
+}
+
 void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* data,
                              size_t len, bool last, bool estimated, uint64_t total,
                              uint64_t op_bytes) {
@@ -395,7 +423,7 @@ void BoundedReceiver::OnData(uint64_t op, int src, uint64_t offset, const void* 
   }
   auto it = posted_.find(op);
   if (it != posted_.end()) {
-    if (!it->second->accepting) {
+    if (!it->second->accepting && !HeldOpenLocked(*it->second, src)) {
       counters_.stale_packets++;
       return;
     }

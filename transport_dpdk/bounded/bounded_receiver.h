@@ -132,6 +132,9 @@ class BoundedReceiver {
     bool released = false;
     bool not_started = false;
     bool given_up = false;  // BoundedReceive::GiveUp: not waited for, not asked
+    // Wait ended at its unstarted cutoff before anything arrived here: payloads are
+    // applied after the wait too (until complete or given up).
+    bool held_open = false;
     absl::Status failure;   // FailPeer: the sender is gone
     BoundedClock::time_point absent_at{};
     // For the adaptive peer timeout: the first payload, and when the region was done
@@ -147,7 +150,8 @@ class BoundedReceiver {
     BoundedClock::time_point posted_at;
     BoundedClock::time_point last_arrival;
     // False once Wait or Repair returned (until the next Repair): the caller reads the
-    // regions then, so late payloads are dropped (counted stale), never written.
+    // regions then, so late payloads are dropped (counted stale), never written — but
+    // those of a region held open (Region::held_open).
     bool accepting = true;
     uint64_t op_bytes = 0;  // this rank's allreduce size (0: not checked)
     absl::Status mismatch;  // the first payload that showed the sizes differ
@@ -168,6 +172,8 @@ class BoundedReceiver {
   bool SizesAgreeLocked(Posted& posted, const Region* region, int src, uint64_t total,
                         uint64_t op_bytes);
   void CloseLocked(uint64_t op);
+  // True when `src`'s region of `posted` is held open past its wait (Region::held_open).
+  static bool HeldOpenLocked(const Posted& posted, int src);
   // Drops every staged packet of `op` (counted as overflow).
   void EvictStagedLocked(uint64_t op);
   // Staged payload buffers are recycled: a fast peer stages a whole phase (megabytes in
