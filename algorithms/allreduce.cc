@@ -399,7 +399,7 @@ void InverseBlocksOver(T* data, size_t elements, size_t begin, size_t end, uint6
 // nothing. Fills the stats' deferral fields from the whole decision: the same on every rank.
 Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slot_base,
                          const Deadline& deadline, const std::vector<bool>& must_wait,
-                         uint64_t op_key, std::vector<char>* carry, OpStats* stats) {
+                         uint64_t op_key, Carry* carry, OpStats* stats) {
   const Impl& g = job.gloo;
   gloo::Context& ctx = *g.context;
   const int group_size = job.group_size;
@@ -418,7 +418,7 @@ Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slo
   const size_t part_begin = TwoLevelPart(g.elements, group_size, group.member, &part_count);
   Decision column;
   column.counted.assign(columns_ranks, true);
-  std::vector<char> part_carry;
+  Carry part_carry;
   if (part_count > 0) {
     args.team = across;
     args.data = data + part_begin * esz;
@@ -483,20 +483,24 @@ Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slo
   stats->loss_pct = stats->deferred_pct;
   stats->damaged = !stats->deferred_ranks.empty();
 
-  carry->clear();
+  carry->ranges.clear();
   if (!part_carry.empty()) {
-    carry->assign(g.elements * esz, 0);
-    std::memcpy(carry->data() + part_begin * esz, part_carry.data(), part_count * esz);
+    carry->values.assign(g.elements * esz, 0);
+    for (const auto& [b, e] : part_carry.ranges) {
+      std::memcpy(carry->values.data() + (part_begin + b) * esz,
+                  part_carry.values.data() + b * esz, (e - b) * esz);
+    }
     if (job.hadamard) {
       const hadamard::Options options = HadamardOptions(job);
       if (job.type == DataType::kFloat64) {
-        InverseBlocksOver(reinterpret_cast<double*>(carry->data()), g.elements, part_begin,
-                          part_begin + part_count, args.hadamard_seed, options);
+        InverseBlocksOver(reinterpret_cast<double*>(carry->values.data()), g.elements,
+                          part_begin, part_begin + part_count, args.hadamard_seed, options);
       } else {
-        InverseBlocksOver(reinterpret_cast<float*>(carry->data()), g.elements, part_begin,
-                          part_begin + part_count, args.hadamard_seed, options);
+        InverseBlocksOver(reinterpret_cast<float*>(carry->values.data()), g.elements,
+                          part_begin, part_begin + part_count, args.hadamard_seed, options);
       }
     }
+    carry->ranges.emplace_back(0, g.elements);
   }
   return whole;
 }
@@ -665,7 +669,7 @@ void Run(Job job) {
         if (wait_rule.slow[r] && ctx.rank == args.leader) stats.slow_ranks.push_back(r);
       }
       Decision decision;
-      std::vector<char> carry = state.SpareCarry(bytes);
+      Carry carry = state.SpareCarry(bytes);
       args.decision_out = &decision;
       args.carry_out = &carry;
       try {

@@ -32,6 +32,42 @@ void Add(DataType type, void* dst, const void* src, size_t n) {
   }
 }
 
+// Calls fn(begin, end, inside) for the pieces of [begin, end) inside and outside the
+// sorted, disjoint `ranges`, in order.
+template <typename Fn>
+void SplitByRanges(const std::vector<std::pair<size_t, size_t>>& ranges, size_t begin,
+                   size_t end, Fn fn) {
+  size_t at = begin;
+  for (const auto& [b, e] : ranges) {
+    if (e <= at) continue;
+    if (b >= end) break;
+    if (b > at) fn(at, b, false);
+    const size_t stop = std::min(e, end);
+    fn(std::max(at, b), stop, true);
+    at = stop;
+    if (at >= end) return;
+  }
+  if (at < end) fn(at, end, false);
+}
+
+// The union of two sorted, disjoint range lists, sorted and disjoint (touching ranges
+// merged).
+std::vector<std::pair<size_t, size_t>> Union(const std::vector<std::pair<size_t, size_t>>& x,
+                                             const std::vector<std::pair<size_t, size_t>>& y) {
+  std::vector<std::pair<size_t, size_t>> all(x);
+  all.insert(all.end(), y.begin(), y.end());
+  std::sort(all.begin(), all.end());
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const auto& r : all) {
+    if (!out.empty() && r.first <= out.back().second) {
+      out.back().second = std::max(out.back().second, r.second);
+    } else {
+      out.push_back(r);
+    }
+  }
+  return out;
+}
+
 }  // namespace
 
 int LeaderOf(uint64_t op_key, int ranks) {
@@ -68,27 +104,42 @@ absl::StatusOr<Decision> Decision::Decode(const std::vector<uint64_t>& words, in
   return d;
 }
 
-size_t BoundedContextState::AddCarry(const CarryKey& key, std::vector<char>&& values) {
-  const size_t bytes = key.elements * ElementSize(key.type);
-  values.resize(bytes);
+size_t BoundedContextState::AddCarry(const CarryKey& key, Carry&& values) {
+  const size_t esz = ElementSize(key.type);
+  const size_t bytes = key.elements * esz;
+  if (values.values.size() < bytes) values.values.resize(bytes);
   std::lock_guard<std::mutex> lock(mu_);
   auto it = carry_.find(key);
   if (it != carry_.end()) {
-    Add(key.type, it->second.values.data(), values.data(), key.elements);
+    // Where the held carry has values the new ones add up; elsewhere they are copied.
+    Carry& held = it->second.carry;
+    for (const auto& [b, e] : values.ranges) {
+      SplitByRanges(held.ranges, b, e, [&](size_t pb, size_t pe, bool inside) {
+        char* dst = held.values.data() + pb * esz;
+        const char* src = values.values.data() + pb * esz;
+        if (inside) {
+          Add(key.type, dst, src, pe - pb);
+        } else {
+          std::memcpy(dst, src, (pe - pb) * esz);
+        }
+      });
+    }
+    held.ranges = Union(held.ranges, values.ranges);
     oldest_first_.splice(oldest_first_.end(), oldest_first_, it->second.age);
-    RecycleLocked(std::move(values));
+    RecycleLocked(std::move(values.values));
     return 0;
   }
   size_t dropped = 0;
   while (!oldest_first_.empty() && carry_bytes_ + bytes > kCarryBudgetBytes) {
     auto old = carry_.find(oldest_first_.front());
-    carry_bytes_ -= old->second.values.size();
+    carry_bytes_ -= old->second.carry.values.size();
     carry_.erase(old);
     oldest_first_.pop_front();
     dropped++;
   }
   Entry e;
-  e.values = std::move(values);
+  values.values.resize(bytes);
+  e.carry = std::move(values);
   e.age = oldest_first_.insert(oldest_first_.end(), key);
   carry_.emplace(key, std::move(e));
   carry_bytes_ += bytes;
@@ -103,12 +154,15 @@ bool BoundedContextState::TakeCarry(const CarryKey& key, void* data) {
     if (it == carry_.end()) return false;
     e = std::move(it->second);
     oldest_first_.erase(e.age);
-    carry_bytes_ -= e.values.size();
+    carry_bytes_ -= e.carry.values.size();
     carry_.erase(it);
   }
-  Add(key.type, data, e.values.data(), key.elements);
+  const size_t esz = ElementSize(key.type);
+  for (const auto& [b, end] : e.carry.ranges) {
+    Add(key.type, static_cast<char*>(data) + b * esz, e.carry.values.data() + b * esz, end - b);
+  }
   std::lock_guard<std::mutex> lock(mu_);
-  RecycleLocked(std::move(e.values));
+  RecycleLocked(std::move(e.carry.values));
   return true;
 }
 
@@ -131,25 +185,26 @@ bool BoundedContextState::TakeDeferredMark(const CarryKey& key) {
   return deferred_marks_.erase(key) > 0;
 }
 
-std::vector<char> BoundedContextState::SpareCarry(size_t bytes) {
+Carry BoundedContextState::SpareCarry(size_t bytes) {
   std::lock_guard<std::mutex> lock(mu_);
+  Carry c;
   for (auto it = spare_carries_.begin(); it != spare_carries_.end(); ++it) {
     if (it->capacity() >= bytes) {
-      std::vector<char> v = std::move(*it);
+      c.values = std::move(*it);
       spare_carries_.erase(it);
-      return v;
+      return c;
     }
   }
-  return {};
+  return c;
 }
 
-void BoundedContextState::ReturnSpareCarry(std::vector<char>&& v) {
+void BoundedContextState::ReturnSpareCarry(Carry&& v) {
   std::lock_guard<std::mutex> lock(mu_);
-  RecycleLocked(std::move(v));
+  RecycleLocked(std::move(v.values));
 }
 
 void BoundedContextState::RecycleLocked(std::vector<char>&& v) {
-  v.clear();  // keeps the memory
+  // The values stay: a carry written into it later covers only its own ranges.
   if (v.capacity() == 0) return;
   if (spare_carries_.size() < kSpareCarries) {
     spare_carries_.push_back(std::move(v));

@@ -54,6 +54,16 @@ struct Decision {
   static size_t WireWords(int ranks) { return 2 + (static_cast<size_t>(ranks) + 63) / 64; }
 };
 
+// What of a rank's contribution to one buffer an operation did not apply: values where
+// `ranges` say (element ranges [begin, end), sorted, disjoint); elsewhere the carry is
+// zero whatever `values` holds there. A counted rank carries only the shards of owners
+// left out (1/N of the buffer each): neither filling nor adding the rest costs anything.
+struct Carry {
+  std::vector<char> values;  // the buffer's element count, or more (then unused)
+  std::vector<std::pair<size_t, size_t>> ranges;
+  bool empty() const { return ranges.empty(); }
+};
+
 // Per-context state of OptiReduce mode that outlives one operation: the deferred
 // contributions (carry) and which ranks the last decision seen here left out.
 class BoundedContextState {
@@ -77,20 +87,22 @@ class BoundedContextState {
   // Memory for carried contributions; above it the oldest carry is dropped and counted.
   static constexpr size_t kCarryBudgetBytes = size_t{2} << 30;
 
-  // Adds `values` (`key.elements` float32 or float64 values as `key.type`) to the carry of
-  // `key`, taking the vector (no copy). Returns how many carries were dropped to stay
-  // within the budget.
-  size_t AddCarry(const CarryKey& key, std::vector<char>&& values);
-  // Adds the carry of `key` into `data` and forgets it; false when there was none.
+  // Adds `values` (a carry of `key.elements` float32 or float64 values as `key.type`) to
+  // the carry of `key`, taking its memory (no copy). Returns how many carries were dropped
+  // to stay within the budget.
+  size_t AddCarry(const CarryKey& key, Carry&& values);
+  // Adds the carry of `key` into `data` (its ranges only) and forgets it; false when there
+  // was none.
   bool TakeCarry(const CarryKey& key, void* data);
-  // An empty vector for the next carry: memory of a carry already applied when there is
-  // one of at least `bytes` (its pages are touched: a fresh multi-MiB carry costs page
-  // faults inside the operation), else a new one. At most kSpareCarries are kept.
+  // A carry with no ranges for the next operation: memory of a carry already applied when
+  // there is one of at least `bytes` (its pages are touched: a fresh multi-MiB carry costs
+  // page faults inside the operation; its old values stay, outside any range), else a new
+  // one. At most kSpareCarries are kept.
   static constexpr size_t kSpareCarries = 2;
   // Spares are memory beyond kCarryBudgetBytes (at most kSpareCarries buffers).
-  std::vector<char> SpareCarry(size_t bytes);
-  // Gives back a vector SpareCarry returned that no carry was written into.
-  void ReturnSpareCarry(std::vector<char>&& v);
+  Carry SpareCarry(size_t bytes);
+  // Gives back a carry SpareCarry returned that no range was written into.
+  void ReturnSpareCarry(Carry&& v);
   size_t carry_bytes() const;
 
   // Which buffers' next operation returns a deferred part. Every rank marks the buffer
@@ -137,7 +149,7 @@ class BoundedContextState {
  private:
   mutable std::mutex mu_;
   struct Entry {
-    std::vector<char> values;
+    Carry carry;
     std::list<CarryKey>::iterator age;
   };
   absl::flat_hash_map<CarryKey, Entry> carry_;

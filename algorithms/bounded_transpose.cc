@@ -636,11 +636,37 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     if (plan.ShardCount(o) == 0 || (me_counted && (decision.counted[o] || o == rank))) continue;
     carried.emplace_back(plan.ShardBegin(o), plan.ShardBegin(o) + plan.ShardCount(o));
   }
+  // With the transform, a carried value spreads over its whole block when transformed
+  // back: the blocks that hold one are the carry's ranges, zero outside the carried values.
+  std::vector<hadamard::Block> carried_blocks;
+  if (!carried.empty() && a.inverse_hadamard) {
+    size_t next = 0;  // first carried range that may overlap the current block
+    for (const hadamard::Block& block : hadamard::Blocks(a.elements, a.hadamard)) {
+      const size_t b0 = block.offset;
+      const size_t b1 = b0 + (size_t{1} << block.log2_size);
+      while (next < carried.size() && carried[next].second <= b0) next++;
+      if (next < carried.size() && carried[next].first < b1) carried_blocks.push_back(block);
+    }
+  }
   T* carry = nullptr;
   if (!carried.empty() && a.carry_out != nullptr) {
-    a.carry_out->assign(a.elements * sizeof(T), 0);
-    carry = reinterpret_cast<T*>(a.carry_out->data());
+    std::vector<char>& values = a.carry_out->values;
+    if (values.size() < a.elements * sizeof(T)) values.resize(a.elements * sizeof(T));
+    carry = reinterpret_cast<T*>(values.data());
+    auto& ranges = a.carry_out->ranges;
+    ranges.clear();
+    for (const hadamard::Block& block : carried_blocks) {
+      const size_t b0 = block.offset;
+      const size_t b1 = b0 + (size_t{1} << block.log2_size);
+      std::memset(carry + b0, 0, (b1 - b0) * sizeof(T));
+      if (!ranges.empty() && ranges.back().second == b0) {
+        ranges.back().second = b1;
+      } else {
+        ranges.emplace_back(b0, b1);
+      }
+    }
     for (const auto& [b, e] : carried) std::memcpy(carry + b, data + b, (e - b) * sizeof(T));
+    if (carried_blocks.empty()) ranges = carried;
   }
   if (me_counted) a.channel->Detach(op2);
   if (a.inverse_hadamard) {
@@ -650,18 +676,12 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     PlaceReducedShards(data, plan, team, regions2, counted);
   }
   rx2.reset();
-  if (carry != nullptr && a.inverse_hadamard) {
+  if (carry != nullptr) {
     // The transform is block by block: blocks holding no carried value stay zero, so only
     // those that do are transformed back (a counted rank carries 1/N of the buffer at most
     // per owner left out).
-    size_t next = 0;  // first carried range that may overlap the current block
-    for (const hadamard::Block& block : hadamard::Blocks(a.elements, a.hadamard)) {
-      const size_t b0 = block.offset;
-      const size_t b1 = b0 + (size_t{1} << block.log2_size);
-      while (next < carried.size() && carried[next].second <= b0) next++;
-      if (next < carried.size() && carried[next].first < b1) {
-        hadamard::InverseBlock(carry, block, a.hadamard_seed, a.hadamard);
-      }
+    for (const hadamard::Block& block : carried_blocks) {
+      hadamard::InverseBlock(carry, block, a.hadamard_seed, a.hadamard);
     }
   }
   if (a.decision_out != nullptr) *a.decision_out = decision;

@@ -83,9 +83,9 @@ struct BoundedTransposeArgs {
   // Out: the decision this operation followed.
   Decision* decision_out = nullptr;
   // Out: what of this rank's contribution was not applied, in the caller's domain
-  // (transformed back when `inverse_hadamard`), `elements` values; left empty when all of it
-  // was applied.
-  std::vector<char>* carry_out = nullptr;
+  // (transformed back when `inverse_hadamard`), over `elements` values; no ranges when all
+  // of it was applied.
+  Carry* carry_out = nullptr;
 };
 
 // Runs both phases on `args.data` in place and fills the phase fields of `stats`. Throws

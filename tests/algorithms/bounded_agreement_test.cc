@@ -92,25 +92,44 @@ TEST(BoundedCarry, CarriesAddUpAndTheirMemoryIsReused) {
   std::vector<float> out(1000, 0.0f);
   const BoundedContextState::CarryKey key{reinterpret_cast<uintptr_t>(out.data()), out.size(),
                                          DataType::kFloat32};
-  auto carry_of = [&](float v) {
-    std::vector<char> c = state.SpareCarry(out.size() * sizeof(float));
-    c.assign(out.size() * sizeof(float), 0);
-    for (size_t i = 0; i < out.size(); i++) reinterpret_cast<float*>(c.data())[i] = v * i;
+  // A carry of v·i over `ranges`, written into a spare whose other values are garbage.
+  auto carry_of = [&](float v, std::vector<std::pair<size_t, size_t>> ranges) {
+    Carry c = state.SpareCarry(out.size() * sizeof(float));
+    EXPECT_TRUE(c.empty());
+    c.values.resize(out.size() * sizeof(float));
+    float* f = reinterpret_cast<float*>(c.values.data());
+    for (size_t i = 0; i < out.size(); i++) f[i] = 1e9f;  // outside the ranges: not carried
+    for (const auto& [b, e] : ranges) {
+      for (size_t i = b; i < e; i++) f[i] = v * i;
+    }
+    c.ranges = std::move(ranges);
     return c;
   };
-  EXPECT_EQ(state.AddCarry(key, carry_of(1.0f)), 0u);
-  EXPECT_EQ(state.AddCarry(key, carry_of(2.0f)), 0u);  // adds to the one held
+  EXPECT_EQ(state.AddCarry(key, carry_of(1.0f, {{0, 1000}})), 0u);
+  EXPECT_EQ(state.AddCarry(key, carry_of(2.0f, {{0, 1000}})), 0u);  // adds to the one held
   EXPECT_EQ(state.carry_bytes(), out.size() * sizeof(float));
   ASSERT_TRUE(state.TakeCarry(key, out.data()));
   for (size_t i = 0; i < out.size(); i++) ASSERT_EQ(out[i], 3.0f * i) << i;
   EXPECT_EQ(state.carry_bytes(), 0u);
   EXPECT_FALSE(state.TakeCarry(key, out.data())) << "a carry is applied once";
-  // The applied carry's memory serves the next one.
-  std::vector<char> spare = state.SpareCarry(out.size() * sizeof(float));
-  EXPECT_GE(spare.capacity(), out.size() * sizeof(float));
+  // Ranges: [100, 300) and [500, 600), then [200, 550) and [900, 1000) added to them; the
+  // applied memory's old values (outside every range) reach nothing.
+  std::fill(out.begin(), out.end(), 0.0f);
+  EXPECT_EQ(state.AddCarry(key, carry_of(1.0f, {{100, 300}, {500, 600}})), 0u);
+  EXPECT_EQ(state.AddCarry(key, carry_of(2.0f, {{200, 550}, {900, 1000}})), 0u);
+  ASSERT_TRUE(state.TakeCarry(key, out.data()));
+  for (size_t i = 0; i < out.size(); i++) {
+    const float once = (i >= 100 && i < 300) || (i >= 500 && i < 600) ? 1.0f : 0.0f;
+    const float twice = (i >= 200 && i < 550) || i >= 900 ? 2.0f : 0.0f;
+    ASSERT_EQ(out[i], (once + twice) * i) << i;
+  }
+  // The applied carries' memory serves the next ones.
+  Carry spare = state.SpareCarry(out.size() * sizeof(float));
+  EXPECT_GE(spare.values.capacity(), out.size() * sizeof(float));
   EXPECT_TRUE(spare.empty());
-  EXPECT_EQ(state.SpareCarry(1).capacity(), spare.capacity()) << "two spares: both were kept";
-  EXPECT_EQ(state.SpareCarry(1).capacity(), 0u) << "no third spare";
+  EXPECT_EQ(state.SpareCarry(1).values.capacity(), spare.values.capacity())
+      << "two spares: both were kept";
+  EXPECT_EQ(state.SpareCarry(1).values.capacity(), 0u) << "no third spare";
 }
 
 TEST(BoundedDecision, RoundTripsAndRefusesAnotherOperation) {
