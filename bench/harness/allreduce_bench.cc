@@ -76,6 +76,17 @@ void AllreduceBench::Refill() {
   since_refill_ = 0;
 }
 
+void AllreduceBench::UseFreshBuffers() {
+  if (!old_style_) {
+    for (size_t k = 0; k < buffers_.size(); k++) {
+      retired_.push_back(std::move(buffers_[k]));
+      buffers_[k] = std::vector<float>(elements_);
+      ptrs_[k] = buffers_[k].data();
+    }
+  }
+  Refill();
+}
+
 bool AllreduceBench::RefillIfDue() {
   if (since_refill_ < refill_every_) return false;
   Refill();

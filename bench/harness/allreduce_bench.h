@@ -35,6 +35,12 @@ class AllreduceBench {
   // on 2 cores, taken from peers still in their allreduce. Returns whether it refilled.
   bool RefillIfDue();
   long RefillEvery() const { return refill_every_; }
+  // Restores the pattern into buffers at addresses no earlier operation used (Gloo's
+  // algorithms, bound to their buffers at construction, keep theirs). OptiReduce mode adds
+  // a part an operation deferred to the next operation on the same buffer (late, never
+  // lost); the timed iterations' values grow until a refill, so such a part added to a
+  // fresh pattern would read as an error of up to 1e23 in a verified result.
+  void UseFreshBuffers();
   // One allreduce.
   void Run(IterationStats* stats);
 
@@ -61,6 +67,8 @@ class AllreduceBench {
   const std::chrono::milliseconds timeout_;
   const OptiReduceSettings optireduce_;
   std::vector<std::vector<float>> buffers_;
+  // Buffers replaced by UseFreshBuffers, kept so that no new one takes their address.
+  std::vector<std::vector<float>> retired_;
   // The inputs as generated once: Refill copies them back (a memcpy, not a loop of integer
   // divisions per element: ranks refill while their peers are still reducing).
   std::vector<std::vector<float>> pristine_;

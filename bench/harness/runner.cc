@@ -333,7 +333,9 @@ class RankRunner {
       // One more operation from a fresh pattern, in the state the timed ones left (a
       // bounded mode's learned bound, the same faults): its error, not its mismatches,
       // is the result — an approximate result is what OptiReduce mode may return.
-      for (auto& b : benches) b->Refill();
+      // On buffers of their own: a part the last timed operation deferred is not this
+      // pattern's (AllreduceBench::UseFreshBuffers).
+      for (auto& b : benches) b->UseFreshBuffers();
       RunBatch(benches, 1);
       double rel = 0;
       for (auto& b : benches) rel = std::max(rel, b->Verify(0).rel_error);

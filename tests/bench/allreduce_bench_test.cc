@@ -57,6 +57,23 @@ TEST(AllreduceBenchVerify, RefillRestoresThePattern) {
   EXPECT_EQ(b.Verify(0).mismatches, 0u);
 }
 
+// The verified operation after the timed ones runs on buffers no timed operation used:
+// an OptiReduce-mode carry is keyed by the buffer's address, so none rides into it.
+TEST(AllreduceBenchVerify, FreshBuffersHaveNewAddressesAndThePattern) {
+  AllreduceBench b("optireduce", OneRankContext(), 100, 1, std::chrono::seconds(10));
+  std::vector<float*> used = {b.buffer(0)};
+  for (int round = 0; round < 3; round++) {
+    b.buffer(0)[3] = 1e30f;
+    b.UseFreshBuffers();
+    for (float* p : used) EXPECT_NE(b.buffer(0), p) << "round " << round;
+    used.push_back(b.buffer(0));
+    EXPECT_EQ(b.Verify(0).mismatches, 0u);  // one rank, one input: the pattern is the sum
+    IterationStats st;
+    b.Run(&st);  // runs on the fresh buffer
+    EXPECT_EQ(b.Verify(0).mismatches, 0u);
+  }
+}
+
 TEST(AllreduceBenchVerify, RefillsOnlyBeforeTheSumsCouldOverflow) {
   // One rank, 2 inputs: each allreduce doubles the values (both outputs get the sum), from
   // at most 1 x 2 + 4 = 6: 6 x 2^97 < 1e30 < 6 x 2^98.
