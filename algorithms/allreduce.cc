@@ -663,7 +663,7 @@ void Run(Job job) {
                                            : std::chrono::duration_cast<milliseconds>(ctx.getTimeout());
       BoundedContextState& state = ledger->bounded_state();
       const BoundedContextState::WaitRule wait_rule =
-          state.MustWait(ctx.size, BoundedContextState::MaxLeftOutInARow(bytes));
+          state.MustWait(ctx.size, BoundedContextState::MaxLeftOutInARow(bytes, ctx.size));
       args.must_wait = wait_rule.must_wait;
       for (int r = 0; r < ctx.size; r++) {
         if (wait_rule.slow[r] && ctx.rank == args.leader) stats.slow_ranks.push_back(r);

@@ -221,8 +221,11 @@ size_t BoundedContextState::carry_bytes() const {
   return carry_bytes_;
 }
 
-size_t BoundedContextState::MaxLeftOutInARow(size_t op_bytes) {
-  return std::clamp<size_t>(kCatchUpBytes / std::max<size_t>(op_bytes, 1), 1, kMaxLeftOutInARow);
+size_t BoundedContextState::MaxLeftOutInARow(size_t op_bytes, int ranks) {
+  const size_t n = static_cast<size_t>(std::max(ranks, 1));
+  const size_t shard_bytes = (op_bytes + n - 1) / n;
+  return std::clamp<size_t>(kCatchUpBytes / std::max<size_t>(shard_bytes, 1), 1,
+                            kMaxLeftOutInARow);
 }
 
 BoundedContextState::WaitRule BoundedContextState::MustWait(int ranks,

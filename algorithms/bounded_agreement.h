@@ -138,12 +138,13 @@ class BoundedContextState {
     std::vector<bool> slow;       // per rank: waited for by the window rule
   };
   WaitRule MustWait(int ranks, size_t max_in_a_row) const;
-  // The in-a-row limit for operations of `op_bytes`: a left-out rank's peers keep repair
-  // copies of their operations within the transport's budget (64 MiB by default); half of
-  // it bounds the operations they run ahead (two threads' operations share it), at most
-  // kMaxLeftOutInARow, at least 1.
+  // The in-a-row limit for operations of `op_bytes` on `ranks` ranks: a left-out rank's
+  // peers keep a repair copy of what each operation's phase 2 sent it — a reduced shard,
+  // about op_bytes / ranks (the two-level path's too) — within the transport's budget
+  // (64 MiB by default); half of it bounds the operations they run ahead (two threads'
+  // operations share it), at most kMaxLeftOutInARow, at least 1. The same on every rank.
   static constexpr size_t kCatchUpBytes = size_t{32} << 20;
-  static size_t MaxLeftOutInARow(size_t op_bytes);
+  static size_t MaxLeftOutInARow(size_t op_bytes, int ranks);
   void NoteDecision(const Decision& d, int leader);
 
  private:

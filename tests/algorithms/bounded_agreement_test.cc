@@ -79,12 +79,20 @@ TEST(BoundedWaitRule, ARankSlowEveryTimeIsWaitedForAndNamed) {
   EXPECT_EQ(still_out, BoundedContextState::kMaxLeftOutInWindow);
 }
 
-TEST(BoundedWaitRule, LargerOperationsGetAShorterRun) {
-  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(0), kInARow);
-  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(2 << 20), kInARow);
-  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(8 << 20), 4u);
-  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(25 << 20), 1u);
-  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(size_t{1} << 32), 1u);
+TEST(BoundedWaitRule, LargerShardsGetAShorterRun) {
+  // The run is sized by what a peer keeps for the left-out rank per operation: a shard.
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(0, 4), kInARow);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(2 << 20, 1), kInARow);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(8 << 20, 1), 4u);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(25 << 20, 1), 1u);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(size_t{1} << 32, 4), 1u);
+  // 16 MiB buckets on 4 ranks keep 4 MiB per operation: a rank two spikes behind is not
+  // waited for after two operations (each costs its peers the whole catch-up).
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(16 << 20, 4), kInARow);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(32 << 20, 4), 4u);
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(64 << 20, 4), 2u);
+  // Zero ranks are taken as one.
+  EXPECT_EQ(BoundedContextState::MaxLeftOutInARow(8 << 20, 0), 4u);
 }
 
 TEST(BoundedCarry, CarriesAddUpAndTheirMemoryIsReused) {
