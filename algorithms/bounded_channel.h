@@ -66,10 +66,10 @@ class BoundedReceive {
   // `peer_factor` times the median transfer time of the done ones from its first packet
   // (one that has not started: from the moment half were done), at least `quiet` and a
   // quarter of the time from the post to `deadline`.
-  // With `unstarted_cutoff`, a region that has received nothing by then no longer holds
-  // the wait: once every other region is complete, Wait returns kPeerTimeout (a decider
-  // leaves a peer that had not started by the start grace out without also waiting out
-  // the peer timeout).
+  // With `unstarted_cutoff`, a region that had received nothing by then (nothing yet, or
+  // its first payload came later) no longer holds the wait: once every other region is
+  // complete, Wait returns kPeerTimeout (a decider leaves a peer that had not started by
+  // the start grace out without also waiting out the peer timeout or its transfer).
   // No byte is written into the regions after Wait (or Repair) returns, until Repair is
   // called — except into a region that Wait ended without (nothing had arrived at the
   // cutoff): its late start keeps landing in place until it is complete or given up

@@ -331,6 +331,13 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
   }
 }
 
+bool RegionComplete(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
+                    size_t i) {
+  uint64_t got = 0;
+  for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+  return got >= regions[i].nbytes;
+}
+
 bool AllStarted(const BoundedReceive& rx, size_t regions) {
   for (size_t i = 0; i < regions; i++) {
     if (!rx.FirstArrival(i)) return false;
@@ -552,8 +559,18 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     decision.decider = rank;
     decision.counted.assign(n, false);
     decision.counted[rank] = true;
+    // Counted: a peer that had started by the start grace, one that must be waited for,
+    // and one whose data is already whole (counting it costs nothing). A peer that started
+    // later is as late as one that has not started yet: waiting for its transfer would
+    // cost the others what the grace bounds.
     for (size_t i = 0; i < regions1.size(); i++) {
-      if (rx1->FirstArrival(i)) decision.counted[team.MemberOf(regions1[i].peer)] = true;
+      const auto first = rx1->FirstArrival(i);
+      if (!first) continue;
+      const int member = team.MemberOf(regions1[i].peer);
+      const bool waited_for = !a.must_wait.empty() && a.must_wait[member];
+      if (*first <= start_by || waited_for || RegionComplete(*rx1, regions1, i)) {
+        decision.counted[member] = true;
+      }
     }
     // With this rank's shard empty (fewer elements than ranks) nobody sends it anything:
     // every rank counts.

@@ -38,7 +38,7 @@ class BoundedReceiver::Receive : public BoundedReceive {
       posted_->accepting = false;
       if (Clock::now() >= unstarted_cutoff) {
         for (Region& r : posted_->regions) {
-          if (r.first_arrival == Clock::time_point{} && !r.given_up) r.held_open = true;
+          if (StartedAfter(r, unstarted_cutoff) && !r.given_up) r.held_open = true;
         }
       }
     }
@@ -63,10 +63,16 @@ class BoundedReceiver::Receive : public BoundedReceive {
     return posted_->mismatch;
   }
 
+  // True when nothing of `r` had arrived by `cutoff` (nothing yet, or its first payload
+  // came later).
+  static bool StartedAfter(const Region& r, Clock::time_point cutoff) {
+    return r.first_arrival == Clock::time_point{} || r.first_arrival > cutoff;
+  }
+
   // With `settle_grace` (repairs): also returns (kDeadline) once every incomplete region's
   // sender said it cannot serve — released, or not started for longer than the grace.
   // With `unstarted_cutoff` (Wait): also returns (kPeerTimeout) from then on once every
-  // region is complete, given up, or has received nothing.
+  // region is complete, given up, or had received nothing by the cutoff.
   PhaseEnd WaitLocked(std::unique_lock<std::mutex>& lock, Clock::time_point deadline,
                       std::chrono::microseconds quiet, double peer_factor,
                       std::optional<std::chrono::microseconds> settle_grace,
@@ -82,8 +88,8 @@ class BoundedReceiver::Receive : public BoundedReceive {
         if (!full && !r.given_up && !r.failure.ok()) return PhaseEnd::kPeerFailed;
         complete = complete && full;
         done_or_given_up = done_or_given_up && (full || r.given_up);
-        done_or_unstarted = done_or_unstarted &&
-                            (full || r.given_up || r.first_arrival == Clock::time_point{});
+        done_or_unstarted =
+            done_or_unstarted && (full || r.given_up || StartedAfter(r, unstarted_cutoff));
         all_last = all_last && (r.last_seen || full || r.given_up);
       }
       if (complete) return PhaseEnd::kComplete;
