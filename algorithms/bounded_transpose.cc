@@ -347,21 +347,29 @@ bool AllStarted(const BoundedReceive& rx, size_t regions) {
 
 // Waits for peers that have not started this operation (repair rounds ask them too; they
 // answer "not started") until every one has, or `until`; with `watch` >= 0, also ends once
-// region `watch`'s peer has started.
+// region `watch`'s peer has started. With `grace_over` (the start grace has passed), also
+// ends once every peer still missing answered that it has not started: the round is for
+// a peer whose first packets were lost, not one that is still away.
 void WaitForStarters(BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
-                     Clock::time_point until, const BoundedTransposeArgs& a, int watch,
-                     PhaseStats* p1) {
+                     Clock::time_point until, bool grace_over, const BoundedTransposeArgs& a,
+                     int watch, PhaseStats* p1) {
   const auto grace =
-      std::max(a.bound.quiet, std::chrono::duration_cast<microseconds>(until - Clock::now()));
+      grace_over ? microseconds(0)
+                 : std::max(a.bound.quiet,
+                            std::chrono::duration_cast<microseconds>(until - Clock::now()));
   const auto round = std::max<Clock::duration>(a.bound.quiet, std::chrono::milliseconds(2));
   for (;;) {
     const auto t = Clock::now();
     if (AllStarted(rx1, regions1.size()) || t >= until || !rx1.SizeAgreement().ok()) return;
     if (watch >= 0 && rx1.FirstArrival(static_cast<size_t>(watch))) return;
     p1->repaired = true;
-    if (rx1.Repair(std::min(until, t + round), grace) == PhaseEnd::kPeerFailed) {
+    const auto round_end = std::min(until, t + round);
+    const PhaseEnd end = rx1.Repair(round_end, grace);
+    if (end == PhaseEnd::kPeerFailed) {
       ThrowIfGone(rx1, regions1, {}, a, "receiving phase-1 data from");
     }
+    // Repair ends before its deadline once every sender still missing said it cannot serve.
+    if (grace_over && end == PhaseEnd::kDeadline && Clock::now() < round_end) return;
   }
 }
 
@@ -384,8 +392,9 @@ bool DeputyTakesOver(BoundedReceive& rx1, const std::vector<BoundedRegion>& regi
     // since (its data then arrives here, yet it waits for this rank's decision). A
     // request asked again gets the same answer.
     if (!asked) {
-      WaitForStarters(rx1, regions1, std::max(start_by, Clock::now() + a.bound.quiet), a, watch,
-                      p1);
+      const auto now = Clock::now();
+      WaitForStarters(rx1, regions1, std::max(start_by, now + a.bound.quiet), now >= start_by, a,
+                      watch, p1);
       if (rx1.FirstArrival(static_cast<size_t>(watch)) || !rx1.SizeAgreement().ok()) return false;
     }
     const auto now = Clock::now();
@@ -552,9 +561,10 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
       // Peers that have not started are waited for until the start grace (until the
       // timeout when one of them must be waited for: left out too often, see
       // BoundedContextState::MustWait).
+      const auto now = Clock::now();
       WaitForStarters(*rx1, regions1,
-                      must_wait ? complete_by : std::max(start_by, Clock::now() + a.bound.quiet),
-                      a, -1, &p1);
+                      must_wait ? complete_by : std::max(start_by, now + a.bound.quiet),
+                      !must_wait && now >= start_by, a, -1, &p1);
     }
     decision.decider = rank;
     decision.counted.assign(n, false);
