@@ -430,6 +430,11 @@ Decision BoundedTwoLevel(const Job& job, BoundedTransposeArgs args, uint64_t slo
     if (!must_wait.empty()) {
       for (int q = 0; q < columns_ranks; q++) args.must_wait[q] = must_wait[across.Rank(q)];
     }
+    if (!args.catching_up.empty()) {  // by context rank: to the column's members
+      std::vector<bool> by_member(columns_ranks, false);
+      for (int q = 0; q < columns_ranks; q++) by_member[q] = args.catching_up[across.Rank(q)];
+      args.catching_up = std::move(by_member);
+    }
     args.decision_out = &column;
     args.carry_out = &part_carry;
     BoundedTranspose(args, stats);
@@ -665,6 +670,7 @@ void Run(Job job) {
       const BoundedContextState::WaitRule wait_rule =
           state.MustWait(ctx.size, BoundedContextState::MaxLeftOutInARow(bytes, ctx.size));
       args.must_wait = wait_rule.must_wait;
+      args.catching_up = wait_rule.catching_up;
       for (int r = 0; r < ctx.size; r++) {
         if (wait_rule.slow[r] && ctx.rank == args.leader) stats.slow_ranks.push_back(r);
       }
@@ -733,13 +739,11 @@ void Run(Job job) {
                              g.elementSize);
     }
     if (job.bounded && g.elements > 0) {
-      // Not from an operation that carries a deferred part in: its latest peer is usually
-      // the rank left out of the operation before, still catching up on it, not the
-      // ranks' usual skew; counted within the grace, its lag would raise the grace, and a
-      // longer grace lets the next straggler's lag in too, so the grace would feed on
-      // every straggle.
+      // The lag leaves out ranks still catching up on an operation they were left out of
+      // (BoundedTransposeArgs::catching_up): their lateness is a straggle, not the ranks'
+      // usual skew, and would raise the grace the next straggler is measured against.
       if ((stats.mode == OpMode::kBounded || stats.mode == OpMode::kCalibration) &&
-          stats.start_lag_ms >= 0 && !stats.carried_in) {
+          stats.start_lag_ms >= 0) {
         job.policy->RecordStartLag(
             bytes, std::chrono::microseconds(static_cast<int64_t>(stats.start_lag_ms * 1000)),
             stats.start_lag_gave_up);

@@ -234,6 +234,7 @@ BoundedContextState::WaitRule BoundedContextState::MustWait(int ranks,
   WaitRule rule;
   rule.must_wait.assign(ranks, false);
   rule.slow.assign(ranks, false);
+  rule.catching_up.assign(ranks, false);
   std::vector<size_t> in_window(ranks, 0);
   for (const std::vector<bool>& left_out : recent_left_out_) {
     for (size_t r = 0; r < left_out.size() && r < in_window.size(); r++) in_window[r] += left_out[r];
@@ -242,6 +243,7 @@ BoundedContextState::WaitRule BoundedContextState::MustWait(int ranks,
     const size_t row = static_cast<size_t>(r) < left_out_in_a_row_.size() ? left_out_in_a_row_[r] : 0;
     rule.slow[r] = in_window[r] > kMaxLeftOutInWindow;
     rule.must_wait[r] = rule.slow[r] || row >= std::max<size_t>(max_in_a_row, 1);
+    rule.catching_up[r] = row > 0;
   }
   return rule;
 }

@@ -136,6 +136,7 @@ class BoundedContextState {
   struct WaitRule {
     std::vector<bool> must_wait;  // per rank
     std::vector<bool> slow;       // per rank: waited for by the window rule
+    std::vector<bool> catching_up;  // per rank: left out of the last decision seen
   };
   WaitRule MustWait(int ranks, size_t max_in_a_row) const;
   // The in-a-row limit for operations of `op_bytes` on `ranks` ranks: a left-out rank's

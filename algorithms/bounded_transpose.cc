@@ -51,11 +51,13 @@ void NoteArrivals(const BoundedReceive& rx, const std::vector<BoundedRegion>& re
 // Records how late the latest peer started (its first phase-1 packet here; TimeoutPolicy
 // learns the start grace from it), or that a peer had not started when phase 1 ended.
 void NoteLateStarters(const BoundedReceive& rx1, const std::vector<BoundedRegion>& regions1,
-                      Clock::time_point start, OpStats* stats) {
+                      Clock::time_point start, const BoundedTransposeArgs& a, OpStats* stats) {
   if (regions1.empty()) return;
   Clock::time_point latest = start;
   bool gave_up = false;
   for (size_t i = 0; i < regions1.size(); i++) {
+    const int member = a.team.MemberOf(regions1[i].peer);
+    if (!a.catching_up.empty() && a.catching_up[member]) continue;
     const std::optional<Clock::time_point> first = rx1.FirstArrival(i);
     if (first) {
       latest = std::max(latest, *first);
@@ -612,7 +614,7 @@ void Run(const BoundedTransposeArgs& args, OpStats* stats) {
     if (!counted[r.peer]) p1.late_peers.push_back(r.peer);
   }
   p1.ms = MsSince(phase1_start);
-  NoteLateStarters(*rx1, regions1, start, stats);
+  NoteLateStarters(*rx1, regions1, start, a, stats);
   // Exactly the counted contributions, in step order: the owner's sum is the one value of
   // its shard on every rank.
   if (me_counted) {

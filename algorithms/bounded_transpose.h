@@ -80,6 +80,11 @@ struct BoundedTransposeArgs {
   uint64_t decision_slot = 0;
   std::chrono::milliseconds timeout{0};  // 0: the context's timeout
   std::vector<bool> must_wait;
+  // Ranks left out of the last decision seen on the context (still catching up): how late
+  // they start this operation is their straggle, not the ranks' usual skew, so the start
+  // lag (OpStats::start_lag_ms, which the start grace learns from) leaves them out; empty:
+  // none.
+  std::vector<bool> catching_up;
   // Out: the decision this operation followed.
   Decision* decision_out = nullptr;
   // Out: what of this rank's contribution was not applied, in the caller's domain

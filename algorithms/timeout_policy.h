@@ -61,9 +61,9 @@ struct TimeoutOptions {
   // at the 95th percentile a straggler in one operation of twenty already set the grace
   // (measured: 4 ranks, 16 MiB, a 2 x p50 delay in 5% of the iterations was always waited
   // out at 0.95).
-  // Off by default: measured in DDP training on a loaded host (bench/tta, bench/RESULTS.md),
-  // descheduled ranks were given up in 16% of the operations and damage rose 9% -> 30%
-  // with no gain in speed; with a real straggler (the mode table's) it cut p99 to 0.69x.
+  // Off here (the repair budget, for callers that want no rank left out for lateness);
+  // the library turns it on (gloo_ext/config.h, OPTIREDUCE_START_GRACE): a straggler is
+  // then left out and its contribution carried.
   bool learn_start_grace = false;
   size_t start_history_min = 16;
   double start_percentile = 0.9;
