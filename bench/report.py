@@ -633,7 +633,11 @@ def section_tta(a, d):
         "a core and a rank the scheduler holds back is a straggler to every configuration. "
         "Times (time to target, speed-up) are therefore also given at 2 ranks, one per "
         "core, for the loss and straggler environments (columns *2 ranks*). Backward "
-        "compute runs inside the measured sync time (DDP overlaps it with the allreduces)."
+        "compute runs inside the measured sync time (DDP overlaps it with the allreduces). "
+        "*Fault's cost to ring*: ring's time to target in that environment over its time "
+        "with no fault, the speed-up over ring that an allreduce hiding the fault completely "
+        "(at ring's fault-free speed) would get: where it is below a target speed-up, no "
+        "allreduce reaches that target on this workload and host."
         if not a.quick else "This host has 2 cores.", ""]
     for folder, workload, _, _ in tta_runs:
         rows = tables.get(folder)
@@ -650,6 +654,12 @@ def section_tta(a, d):
         header = ["env", "config", "ranks", "final (mean ± sd)", "worst replica", "divergence",
                   "mismatched steps", "reached", "to target s", "speed-up"]
         header += ["to target s, 2 ranks", "speed-up, 2 ranks"] if with_two else []
+        # What the environment costs ring: the speed-up over ring that an allreduce hiding
+        # the fault completely (at ring's own fault-free speed) would get.
+        ring_time = {r["env"]: float(r["time_to_target_s"]) for r in rows
+                     if r["config"] == "ring" and r["time_to_target_s"]}
+        with_cost = "lossless" in ring_time and len(ring_time) > 1
+        header += ["fault's cost to ring"] if with_cost else []
         header += ["sync p50 / p99 ms"]
         body = []
         for r in rows:
@@ -668,6 +678,9 @@ def section_tta(a, d):
                 row += [(fmt_pm(t2["time_to_target_s"], t2["time_to_target_sd"], 1)
                          if t2["time_to_target_s"] else "-") if t2 else "",
                         (t2["speedup_vs_ring"] or "-") if t2 else ""]
+            if with_cost:
+                row.append("%.2fx" % (ring_time[r["env"]] / ring_time["lossless"])
+                           if r["config"] == "ring" and r["env"] in ring_time else "")
             row.append("%.0f / %.0f" % (float(r["sync_p50_ms"]), float(r["sync_p99_ms"])))
             body.append(row)
         lines += md_table(header, body)
