@@ -2,6 +2,7 @@
 // udp device (real processes) and the loop device (ranks as threads), with the transport's
 // seeded fault injection. Complements bounded_transpose_test (algorithm over an in-memory
 // channel).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
@@ -528,7 +529,14 @@ TEST(OptiReduceModeLoop, StragglerIsGivenUpAtTheLearnedStartGrace) {
     Result r = Reduce(ctx, policy, 20, 0.05);
     if (!straggler) gate.Returned();
     for (float v : r.data) ASSERT_TRUE(std::isfinite(v));
-    EXPECT_EQ(r.stats.deferred_ranks, std::vector<int>{late}) << r.stats.ToJson();
+    // The straggler is left out, the leader never. A peer the host held back past the
+    // grace (it was learned from ranks that met at a barrier) is left out too: the grace
+    // is what a rank gets, on a loaded host as well.
+    const std::vector<int>& deferred = r.stats.deferred_ranks;
+    EXPECT_NE(std::find(deferred.begin(), deferred.end(), late), deferred.end())
+        << r.stats.ToJson();
+    EXPECT_EQ(std::find(deferred.begin(), deferred.end(), r.stats.leader), deferred.end())
+        << r.stats.ToJson();
     if (!straggler) {
       EXPECT_TRUE(r.stats.start_lag_gave_up || ctx->rank != LeaderOfStep(9, ranks))
           << r.stats.ToJson();
