@@ -259,6 +259,13 @@ class SourcesGuard {
   bool armed_ = true;
 };
 
+// Bytes of region `i` that arrived.
+uint64_t ArrivedBytes(const BoundedReceive& rx, size_t i) {
+  uint64_t got = 0;
+  for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+  return got;
+}
+
 // Throws gloo::IoException when a region still incomplete belongs to a peer that is gone
 // (its data never comes: OptiReduce mode absorbs lateness, never a dead peer).
 void ThrowIfGone(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
@@ -266,8 +273,7 @@ void ThrowIfGone(const BoundedReceive& rx, const std::vector<BoundedRegion>& reg
                  const char* what) {
   for (size_t i = 0; i < regions.size(); i++) {
     if (!waited.empty() && !waited[regions[i].peer]) continue;
-    uint64_t got = 0;
-    for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+    const uint64_t got = ArrivedBytes(rx, i);
     const absl::Status peer = rx.PeerStatus(i);
     if (got < regions[i].nbytes && !peer.ok()) {
       throw gloo::IoException(absl::StrCat("optireduce::allreduce (tag ", a.tag, ") failed ",
@@ -295,8 +301,7 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
     int missing = -1;
     for (size_t i = 0; i < regions.size() && missing < 0; i++) {
       if (!counted[regions[i].peer]) continue;
-      uint64_t got = 0;
-      for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+      const uint64_t got = ArrivedBytes(rx, i);
       if (got < regions[i].nbytes) missing = regions[i].peer;
     }
     if (missing < 0) return;
@@ -304,8 +309,7 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
     ThrowIfGone(rx, regions, counted, a, what);
     for (size_t i = 0; i < regions.size(); i++) {
       if (!counted[regions[i].peer] || !rx.Released(i)) continue;
-      uint64_t got = 0;
-      for (const ByteRange& r : rx.Arrived(i)) got += r.size();
+      const uint64_t got = ArrivedBytes(rx, i);
       if (got < regions[i].nbytes) {
         throw gloo::IoException(absl::StrCat(
             "optireduce::allreduce (tag ", a.tag, ") failed ", what, " rank ", regions[i].peer,
@@ -335,9 +339,7 @@ void RepairToCompletion(BoundedReceive& rx, const std::vector<BoundedRegion>& re
 
 bool RegionComplete(const BoundedReceive& rx, const std::vector<BoundedRegion>& regions,
                     size_t i) {
-  uint64_t got = 0;
-  for (const ByteRange& r : rx.Arrived(i)) got += r.size();
-  return got >= regions[i].nbytes;
+  return ArrivedBytes(rx, i) >= regions[i].nbytes;
 }
 
 bool AllStarted(const BoundedReceive& rx, size_t regions) {
